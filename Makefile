@@ -1,0 +1,38 @@
+# Two commands do all set-up on a fresh machine: `make train` and `make test`.
+# Both install what they need first (Debian GL libraries, .venv, pinned packages).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export MUJOCO_GL ?= egl
+
+.PHONY: install train test test-fast bench-collector bench-learner clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.lock scripts/install_system_deps.sh
+	bash scripts/install_system_deps.sh
+	python3 -m venv $(VENV)
+	# torch first, pinned: the CPU wheel on disk; an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements.lock
+	touch $(STAMP)
+
+train: install
+	@preset=$$($(PY) -c 'import torch; print("" if torch.cuda.is_available() else "experiment=quick")'); \
+	echo "+ python train.py $$preset $(ARGS)"; \
+	$(PY) train.py $$preset $(ARGS)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench-collector: install
+	$(PY) -m collectors.bench $(ARGS)
+
+bench-learner: install
+	$(PY) -m benchmarks.learner $(ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

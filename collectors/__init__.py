@@ -1,0 +1,6 @@
+"""Environments and collection; knows nothing about learning (policies arrive as factories)."""
+import os
+
+# MuJoCo picks its GL backend at import: EGL renders offscreen with or without a GPU
+# (Mesa's llvmpipe on CPU-only machines). Set before any dm_control import, workers inherit it.
+os.environ.setdefault("MUJOCO_GL", "egl")

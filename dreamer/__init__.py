@@ -1,0 +1,1 @@
+"""Everything that learns: world model, actor-critic, learner, replay, the training loop."""

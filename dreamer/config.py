@@ -1,0 +1,271 @@
+"""Structured config schema: one dataclass per config group, registered in Hydra's ConfigStore.
+
+Hydra rejects unknown keys and wrong types while composing (struct mode). Range checks and
+cross-field checks live in `__post_init__` and `validate()`, which `dreamer.app` runs once at
+start-up, so a bad override fails in the first second with the key's name.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message starts with the dotted key."""
+
+    def __init__(self, key: str, problem: str):
+        self.key = key
+        super().__init__(f"config key '{key}': {problem}")
+
+
+def _check(ok: bool, key: str, problem: str) -> None:
+    if not ok:
+        raise ConfigError(key, problem)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+AUTO_CHOICES = ("auto", True, False)
+
+
+def _check_auto_flag(value: Any, key: str) -> None:
+    _check(value in AUTO_CHOICES, key, f"allowed values are auto, true, false (got {value!r})")
+
+
+@dataclass
+class EnvConfig:
+    domain: str = "walker"
+    task: str = "walk"
+    obs: str = "pixels"  # pixels | proprio | both
+    image_size: int = 64
+    action_repeat: int = 2
+    camera: Optional[int] = None  # null: DreamerV3's choice (2 for quadruped, else 0)
+    # Shadows, reflections, multisampling off and a small offscreen buffer: ~2x faster CPU
+    # rendering, but different images, so not for comparisons with published runs.
+    fast_visuals: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.obs in ("pixels", "proprio", "both"), "env.obs",
+               f"allowed values are pixels, proprio, both (got {self.obs!r})")
+        _check(self.image_size >= 16, "env.image_size", f"must be >= 16 (got {self.image_size})")
+        _check(self.action_repeat >= 1, "env.action_repeat", f"must be >= 1 (got {self.action_repeat})")
+
+    @property
+    def name(self) -> str:
+        return f"dmc_{self.domain}_{self.task}"
+
+
+def _check_task(domain: str, task: str) -> None:
+    import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
+    from dm_control import suite
+
+    domains = sorted({d for d, _ in suite.ALL_TASKS})
+    _check(domain in domains, "env.domain", f"unknown DMC domain {domain!r}; allowed: {', '.join(domains)}")
+    tasks = sorted(t for d, t in suite.ALL_TASKS if d == domain)
+    _check(task in tasks, "env.task", f"unknown task {task!r} for domain {domain!r}; allowed: {', '.join(tasks)}")
+
+
+TRANSPORTS = ("process_slot", "thread")
+
+
+@dataclass
+class CollectorConfig:
+    num_envs: int = 4
+    frames_per_batch: int = 64  # env frames per collector iteration (all envs together)
+    total_frames: int = 1_000_000  # env steps (agent steps; frames = steps x env.action_repeat)
+    transition_chunk_size: Any = "auto"  # int >= 1 or "auto"
+    inference_static_batch_size: Optional[int] = None  # null = dynamic batches
+    transport: str = "process_slot"  # process_slot | thread (driver-side, for debugging)
+    policy_sync_every: int = 1  # learner updates between weight pushes to the inference server
+    device: str = "auto"  # inference device: auto = cuda if available else cpu
+
+    def __post_init__(self) -> None:
+        _check(_is_int(self.num_envs) and self.num_envs >= 1, "collector.num_envs",
+               f"must be an int >= 1 (got {self.num_envs!r})")
+        _check(self.frames_per_batch >= 1, "collector.frames_per_batch",
+               f"must be >= 1 (got {self.frames_per_batch})")
+        _check(self.total_frames >= 1, "collector.total_frames", f"must be >= 1 (got {self.total_frames})")
+        chunk = self.transition_chunk_size
+        _check(chunk == "auto" or (_is_int(chunk) and chunk >= 1), "collector.transition_chunk_size",
+               f"must be an int >= 1 or 'auto' (got {chunk!r})")
+        static = self.inference_static_batch_size
+        if static is not None:
+            _check(1 <= static <= self.num_envs, "collector.inference_static_batch_size",
+                   f"must be null or between 1 and collector.num_envs={self.num_envs} (got {static})")
+        _check(self.transport in TRANSPORTS, "collector.transport",
+               f"allowed values are {', '.join(TRANSPORTS)} (got {self.transport!r})")
+        _check(self.policy_sync_every >= 1, "collector.policy_sync_every",
+               f"must be >= 1 (got {self.policy_sync_every})")
+        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+               "collector.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
+
+    def chunk_size(self) -> int:
+        """`auto`: 64 (the public reference setting), never more than one env's share of a batch."""
+        if self.transition_chunk_size != "auto":
+            return int(self.transition_chunk_size)
+        return max(1, min(64, self.frames_per_batch // self.num_envs))
+
+
+@dataclass
+class WorldModelConfig:
+    size: str = "s"
+    deter: int = 512  # GRU (deterministic) state size
+    hidden: int = 512  # hidden units inside the RSSM
+    stoch: int = 32  # number of categorical latents
+    classes: int = 32  # classes per latent
+    cnn_depth: int = 32  # channels of the first conv layer (doubled per stage)
+    mlp_units: int = 512
+    mlp_layers: int = 2
+    blocks: int = 8  # block-diagonal GRU groups
+    unimix: float = 0.01
+    free_nats: float = 1.0
+    kl_dyn_scale: float = 0.5
+    kl_rep_scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "mlp_layers", "blocks"):
+            value = getattr(self, name)
+            _check(value >= 1, f"world_model.{name}", f"must be >= 1 (got {value})")
+        _check(self.deter % self.blocks == 0, "world_model.blocks",
+               f"must divide world_model.deter={self.deter} (got {self.blocks})")
+        _check(0.0 <= self.unimix < 1.0, "world_model.unimix", f"must be in [0, 1) (got {self.unimix})")
+
+
+@dataclass
+class LearnerConfig:
+    train_ratio: float = 512.0  # replayed steps per env step (DreamerV3 meaning)
+    prefill_frames: int = 2500  # env steps of random actions before learning starts
+    model_lr: float = 1e-4
+    actor_lr: float = 3e-5
+    critic_lr: float = 3e-5
+    adam_eps: float = 1e-8
+    model_grad_clip: float = 1000.0
+    actor_grad_clip: float = 100.0
+    critic_grad_clip: float = 100.0
+    imagination_horizon: int = 15
+    gamma: float = 0.997
+    lmbda: float = 0.95
+    entropy_coef: float = 3e-4
+    compile: Any = "auto"  # auto | true | false
+    cudagraph: Any = "auto"
+    bf16: Any = "auto"
+    device: str = "auto"
+    max_nonfinite_updates: int = 10  # stop after this many non-finite updates in a row
+
+    def __post_init__(self) -> None:
+        _check(self.train_ratio > 0, "learner.train_ratio", f"must be > 0 (got {self.train_ratio})")
+        _check(self.prefill_frames >= 0, "learner.prefill_frames", f"must be >= 0 (got {self.prefill_frames})")
+        for name in ("model_lr", "actor_lr", "critic_lr"):
+            _check(getattr(self, name) > 0, f"learner.{name}", f"must be > 0 (got {getattr(self, name)})")
+        _check(self.imagination_horizon >= 1, "learner.imagination_horizon",
+               f"must be >= 1 (got {self.imagination_horizon})")
+        _check(0 < self.gamma <= 1, "learner.gamma", f"must be in (0, 1] (got {self.gamma})")
+        _check(0 <= self.lmbda <= 1, "learner.lmbda", f"must be in [0, 1] (got {self.lmbda})")
+        for name in ("compile", "cudagraph", "bf16"):
+            _check_auto_flag(getattr(self, name), f"learner.{name}")
+        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
+               "learner.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
+
+
+@dataclass
+class ReplayConfig:
+    capacity: int = 1_000_000  # transitions, all envs together
+    batch_size: int = 16  # sequences per learner batch
+    batch_length: int = 64  # steps per sequence
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 1, "replay.batch_size", f"must be >= 1 (got {self.batch_size})")
+        _check(self.batch_length >= 2, "replay.batch_length", f"must be >= 2 (got {self.batch_length})")
+        _check(self.capacity >= self.batch_length, "replay.capacity",
+               f"must be >= replay.batch_length={self.batch_length} (got {self.capacity})")
+
+
+@dataclass
+class LoggerConfig:
+    backend: str = "wandb"  # wandb | none
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "dreamer-app"
+    group: Optional[str] = None  # multirun jobs of one sweep share a group
+    every: int = 1000  # env steps between metric logs
+
+    def __post_init__(self) -> None:
+        _check(self.backend in ("wandb", "none"), "logger.backend",
+               f"allowed values are wandb, none (got {self.backend!r})")
+        _check(self.mode in ("offline", "online", "disabled"), "logger.mode",
+               f"allowed values are offline, online, disabled (got {self.mode!r})")
+        _check(self.every >= 1, "logger.every", f"must be >= 1 (got {self.every})")
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10_000  # env steps between evaluations; 0 = never
+    episodes: int = 1
+    video: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "eval.every", f"must be >= 0 (got {self.every})")
+        _check(self.episodes >= 1, "eval.episodes", f"must be >= 1 (got {self.episodes})")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 50_000  # env steps between checkpoints; 0 = only at the end
+    keep: int = 2
+    replay: bool = True
+    resume: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "checkpoint.every", f"must be >= 0 (got {self.every})")
+        _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1 (got {self.keep})")
+        if self.resume is not None:
+            _check(os.path.exists(self.resume), "checkpoint.resume", f"no such file or directory: {self.resume}")
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    world_model: WorldModelConfig = field(default_factory=WorldModelConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Checks that need several groups at once."""
+        col, rep = self.collector, self.replay
+        _check(col.chunk_size() <= col.frames_per_batch, "collector.transition_chunk_size",
+               f"must be <= collector.frames_per_batch={col.frames_per_batch} (got {col.chunk_size()})")
+        _check(col.frames_per_batch >= col.num_envs, "collector.frames_per_batch",
+               f"must be >= collector.num_envs={col.num_envs} (got {col.frames_per_batch})")
+        if self.learner.cudagraph is True or self.learner.bf16 is True:
+            import torch
+
+            for flag in ("cudagraph",):
+                if getattr(self.learner, flag) is True and not torch.cuda.is_available():
+                    raise ConfigError(f"learner.{flag}", "true needs a CUDA GPU and none is available; "
+                                      "use auto or false on this machine")
+        if col.inference_static_batch_size is not None and col.transport != "process_slot":
+            raise ConfigError("collector.inference_static_batch_size",
+                              "needs collector.transport=process_slot")
+        _check(rep.capacity >= rep.batch_length * col.num_envs, "replay.capacity",
+               f"must hold at least one sequence per env: >= {rep.batch_length * col.num_envs} (got {rep.capacity})")
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="schema", node=Config)
+
+
+def validate(cfg: DictConfig) -> Config:
+    """Turns the composed DictConfig into checked dataclasses (runs every __post_init__)."""
+    config = OmegaConf.to_object(cfg)
+    _check_task(config.env.domain, config.env.task)  # here, not in EnvConfig: needs dm_control
+    return config

@@ -1,0 +1,105 @@
+"""Config composition and start-up validation, as users meet them."""
+import time
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from dreamer.config import Config, ConfigError, register_configs, validate
+from tests.conftest import ROOT
+
+register_configs()
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_defaults_compose_and_validate():
+    cfg = validate(composed())
+    assert isinstance(cfg, Config)
+    assert (cfg.env.domain, cfg.env.task, cfg.env.obs) == ("walker", "walk", "pixels")
+    assert cfg.collector.transport == "process_slot"
+    assert cfg.world_model.size == "s"
+
+
+@pytest.mark.parametrize("preset", ["quick", "dmc_vision", "seed_pixel_64env"])
+def test_experiment_presets_compose(preset):
+    if not (ROOT / "conf" / "experiment" / f"{preset}.yaml").exists():
+        pytest.skip(f"experiment/{preset} not written yet")
+    cfg = composed(f"experiment={preset}")
+    assert cfg.collector.num_envs >= 1
+
+
+@pytest.mark.parametrize("size", ["tiny", "xs", "s", "m", "l", "xl"])
+def test_world_model_presets_validate(size):
+    assert validate(composed(f"world_model={size}")).world_model.size == size
+
+
+def test_chunk_auto_resolves_to_64_capped_by_share_of_batch():
+    cfg = validate(composed("collector.num_envs=4", "collector.frames_per_batch=1024"))
+    assert cfg.collector.chunk_size() == 64
+    cfg = validate(composed("collector.num_envs=4", "collector.frames_per_batch=32"))
+    assert cfg.collector.chunk_size() == 8
+
+
+# (overrides, key named in the error)
+BAD = [
+    (["collector.transition_chunk_size=0"], "collector.transition_chunk_size"),
+    (["collector.transition_chunk_size=big"], "collector.transition_chunk_size"),
+    (["collector.transition_chunk_size=128", "collector.frames_per_batch=64"], "collector.transition_chunk_size"),
+    (["collector.inference_static_batch_size=8", "collector.num_envs=4"], "collector.inference_static_batch_size"),
+    (["collector.num_envs=0"], "collector.num_envs"),
+    (["collector.total_frames=-5"], "collector.total_frames"),
+    (["collector.transport=zmq"], "collector.transport"),
+    (["env.task=fly"], "env.task"),
+    (["env.domain=spaceship"], "env.domain"),
+    (["env.obs=audio"], "env.obs"),
+    (["learner.compile=sometimes"], "learner.compile"),
+    (["learner.train_ratio=0"], "learner.train_ratio"),
+    (["replay.batch_length=1"], "replay.batch_length"),
+    (["logger.mode=loud"], "logger.mode"),
+    (["checkpoint.resume=/no/such/checkpoint.pt"], "checkpoint.resume"),
+    (["world_model.blocks=7"], "world_model.blocks"),
+]
+
+
+@pytest.mark.parametrize("overrides,key", BAD, ids=[k + ":" + o[0] for o, k in BAD])
+def test_bad_values_raise_config_error_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        validate(composed(*overrides))
+    assert err.value.key == key
+    assert key in str(err.value)
+
+
+def test_cudagraph_true_on_cpu_is_rejected():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="learner.cudagraph"):
+        validate(composed("learner.cudagraph=true"))
+
+
+def test_cfg_job_prints_composed_config(train):
+    proc = train("--cfg", "job", "collector.transition_chunk_size=64")
+    assert proc.returncode == 0, proc.stderr
+    printed = OmegaConf.create(proc.stdout)
+    assert printed.collector.transition_chunk_size == 64
+    assert set(printed.keys()) >= {"env", "collector", "world_model", "learner", "replay", "logger"}
+
+
+@pytest.mark.parametrize("override,key", [
+    ("collector.transition_chunk_size=0", "collector.transition_chunk_size"),
+    ("collector.bogus=1", "collector.bogus"),
+    ("collector.num_envs=two", "collector.num_envs"),
+    ("env=dmc_nonexistent", "env"),
+])
+def test_train_py_fails_fast_naming_the_key(train, override, key):
+    start = time.monotonic()
+    proc = train(override, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert key in proc.stderr + proc.stdout
+    assert elapsed < 10, f"took {elapsed:.1f}s to reject {override}"
