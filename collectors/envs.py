@@ -8,8 +8,11 @@ are never rendered. Output keys:
   reward       float32 [1]       (summed over the repeated actions)
   done / terminated / truncated  (DMC tasks end by time limit: truncated)
   is_init      bool [1]          (first step of an episode)
+  step_count   int64 [1]         (steps since the episode began)
 """
 from __future__ import annotations
+
+import functools
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
 
@@ -20,6 +23,7 @@ from torchrl.envs import (
     DoubleToFloat,
     EnvBase,
     InitTracker,
+    StepCounter,
     PermuteTransform,
     TransformedEnv,
 )
@@ -126,12 +130,14 @@ def make_dmc_env(
         # HWC -> CHW, kept uint8: 4x less replay memory than float; the model scales to [0, 1].
         transforms.append(PermuteTransform((-1, -3, -2), in_keys=["pixels"], out_keys=["pixels"]))
     transforms.append(InitTracker())
+    transforms.append(StepCounter())  # step_count: episode length, and stream-order checks
     return TransformedEnv(base, Compose(*transforms))
 
 
 def env_factory(env_cfg, seed: int):
     """A picklable zero-argument factory, as the collector's worker processes need."""
-    return _EnvFactory(
+    return functools.partial(
+        make_dmc_env,
         domain=env_cfg.domain,
         task=env_cfg.task,
         obs=env_cfg.obs,
@@ -141,17 +147,6 @@ def env_factory(env_cfg, seed: int):
         fast_visuals=env_cfg.fast_visuals,
         seed=seed,
     )
-
-
-class _EnvFactory:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-
-    def __call__(self) -> EnvBase:
-        return make_dmc_env(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"EnvFactory({self.kwargs})"
 
 
 def random_actions(env: EnvBase, steps: int) -> float:
@@ -165,3 +160,10 @@ def random_actions(env: EnvBase, steps: int) -> float:
         td = env.reset() if done else td["next"]
     return total
 
+
+
+def action_dim(domain: str, task: str) -> int:
+    """The task's action size, read without building a renderer."""
+    from dm_control import suite
+
+    return int(suite.load(domain, task).action_spec().shape[0])

@@ -1,11 +1,24 @@
-"""Builds the application's parts from the config and runs the training loop."""
+"""Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
 import sys
+import time
 
+import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
+from tqdm import tqdm
 
-from dreamer.config import ConfigError, validate
+from collectors.collector import RandomPolicyFactory, build_collector
+from collectors.envs import action_dim, env_factory
+from collectors.replay import SequenceReplay
+from dreamer.config import Config, ConfigError, validate
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
 
 
 def run(cfg: DictConfig) -> None:
@@ -14,4 +27,37 @@ def run(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    raise NotImplementedError("training loop: issue #4")
+    collect(config)
+
+
+def collect(config: Config) -> SequenceReplay:
+    """Collection into replay with a random policy: the agent and learner arrive with issue #3."""
+    col, env_cfg = config.collector, config.env
+    replay = SequenceReplay(col.num_envs, config.replay.capacity, config.replay.batch_size,
+                            config.replay.batch_length)
+    collector = build_collector(
+        [env_factory(env_cfg, seed=config.seed * 10_000 + i) for i in range(col.num_envs)],
+        RandomPolicyFactory(action_dim(env_cfg.domain, env_cfg.task)),
+        frames_per_batch=col.frames_per_batch,
+        total_frames=col.total_frames,
+        chunk_size=col.chunk_size(),
+        transport=col.transport,
+        static_batch_size=col.inference_static_batch_size,
+        policy_device=resolve_device(col.device),
+        replay=replay,
+    )
+    print(f"collecting {col.total_frames} env steps from {col.num_envs} x {env_cfg.name} "
+          f"({col.transport}, chunk {col.chunk_size()}) with random actions; learning: issue #3")
+    start, done = time.monotonic(), 0
+    try:
+        with tqdm(total=col.total_frames, unit="step", dynamic_ncols=True) as bar:
+            for _ in collector:
+                frames = len(replay)
+                bar.update(frames - done)
+                done = frames
+    finally:
+        collector.shutdown(raise_on_error=False)
+    elapsed = time.monotonic() - start
+    print(f"collected {done} env steps in {elapsed:.1f} s ({done / elapsed:.0f} steps/s); "
+          f"replay holds {len(replay)} transitions; run dir: {HydraConfig.get().runtime.output_dir}")
+    return replay

@@ -1,0 +1,81 @@
+"""Sequence replay, one stream per environment.
+
+Each env owns a member buffer (its own ring storage), and the ensemble routes every written
+transition by its `env_index` (set by the collector's workers), so a sampled sequence never mixes
+two environments. Sequences may cross an episode end; `is_init` marks the first step of the
+new episode there, and the world model resets its state on it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import (
+    LazyTensorStorage,
+    ReplayBufferEnsemble,
+    TensorDictReplayBuffer,
+    TensorDictRoundRobinWriter,
+)
+from torchrl.data.replay_buffers import SliceSampler
+
+ENV_INDEX = "env_index"  # the key AsyncBatchedCollector's workers stamp on each transition
+
+
+class SequenceReplay:
+    """Routed per-env replay that samples [batch_size, batch_length] sequences."""
+
+    def __init__(self, num_envs: int, capacity: int, batch_size: int, batch_length: int):
+        self.num_envs, self.batch_size, self.batch_length = num_envs, batch_size, batch_length
+        # Chunked collection does not balance envs exactly, so every member gets an even share.
+        per_env = math.ceil(capacity / num_envs)
+        members = [
+            TensorDictReplayBuffer(
+                storage=LazyTensorStorage(per_env),
+                # init_key=None: the default ("is_init") marks every slice start as an episode
+                # start, which would reset the RSSM at the start of every sampled sequence.
+                sampler=SliceSampler(slice_len=batch_length, traj_key=ENV_INDEX, init_key=None,
+                                     strict_length=True),
+                writer=TensorDictRoundRobinWriter(),
+            )
+            for _ in range(num_envs)
+        ]
+        self.buffer = ReplayBufferEnsemble(
+            *members,
+            routing_key=ENV_INDEX,
+            p="sampleable",  # only envs with a full sequence stored are drawn
+            num_buffer_sampled=batch_size,
+            batch_size=batch_size * batch_length,
+        )
+
+    def extend(self, transitions: TensorDictBase) -> None:
+        self.buffer.extend(transitions)
+
+    def sample(self) -> TensorDictBase:
+        """A [batch_size, batch_length] batch of consecutive transitions, one env per row."""
+        batch = self.buffer.sample()
+        return batch.reshape(self.batch_size, self.batch_length)
+
+    def __len__(self) -> int:
+        # len() of the ensemble counts its members; stats() counts transitions.
+        return int(self.buffer.stats()["size"])
+
+    def sizes(self) -> list[int]:
+        """Transitions stored per env."""
+        return [len(member) for member in self.buffer._rbs]
+
+    def can_sample(self) -> bool:
+        return any(size >= self.batch_length for size in self.sizes())
+
+    def member(self, env: int) -> TensorDictReplayBuffer:
+        return self.buffer._rbs[env]
+
+    def stream(self, env: int) -> TensorDictBase:
+        """Everything stored for one env, oldest first (for inspection and tests)."""
+        member = self.member(env)
+        data = member.storage[: len(member)]
+        if len(member) == member.storage.max_size:  # the ring wrapped: oldest follows the last write
+            last = int(torch.as_tensor(member.storage._last_cursor).reshape(-1)[-1])
+            order = torch.arange(last + 1, last + 1 + len(member)) % len(member)
+            data = data[order]
+        return data
