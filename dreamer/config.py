@@ -46,7 +46,7 @@ class EnvConfig:
     image_size: int = 64
     action_repeat: int = 2
     camera: Optional[int] = None  # null: DreamerV3's choice (2 for quadruped, else 0)
-    # Shadows, reflections, multisampling off and a small offscreen buffer: ~2x faster CPU
+    # Shadows, reflections, multisampling off and a small offscreen buffer: several times faster CPU
     # rendering, but different images, so not for comparisons with published runs.
     fast_visuals: bool = False
 

@@ -1,0 +1,330 @@
+"""DreamerV3 agent assembled from torchrl 0.14.1's maintained parts.
+
+Only the small continuous actor head is ours (torchrl ships no continuous DreamerV3 actor).
+Sizes follow the v1 paper mapping (arXiv 2301.04104v1, Table B.1): deter -> GRU units,
+hidden -> RSSM hidden units, mlp_units/mlp_layers -> every MLP (encoder, decoder, heads, actor,
+critic), cnn_depth -> first conv width with channel multipliers (1, 2, 4, 8).
+
+Where torchrl's defaults deviate from the paper and what we pass instead (see the KL/unimix/...
+notes inline):
+  * KL: default kl_mode="balanced" clamps each categorical at 1 nat (32 free nats in effect)
+    -> kl_mode="separate" (sum over latents, then free bits), with the config's dyn/rep scales.
+  * unimix: 0.0 by default in prior, posterior and model loss -> wm_cfg.unimix (0.01) in all three.
+  * recurrent model: default "gru" is the legacy cell -> "block_gru" with wm_cfg.blocks.
+  * posterior: default use_rms_norm=False is legacy -> True.
+  * pixel loss: default reco_symlog=True symlogs raw uint8 targets (loss ~1e5 at init)
+    -> False for pixels (MSE on x/255), True for vectors (symlog MSE, as the paper).
+  * continue loss: off by default (lambda_continue=0) -> 1.0, and the actor imagines
+    termination only when given a continuation model -> we pass one.
+  * slow critic: exists only with slow_critic_regularization>0 and a SoftUpdate -> 1.0, tau 0.02.
+  * reward/value two-hot bins live in raw space (JAX repo), not symlog space as in the v1 text.
+  * optimizer: one LaProp+AGC optimizer (JAX repo), not v1's Adam with grad-norm clipping;
+    we keep the config's per-part learning rates as parameter groups. The config's
+    *_grad_clip keys are not used (AGC 0.3 replaces them).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from tensordict.nn import (
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from torch import nn
+from torchrl.data import Bounded, Composite, Unbounded
+from torchrl.envs.model_based.dreamer import DreamerEnv
+from torchrl.modules import (
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
+    DreamerV3MLP,
+    RSSMPosteriorV3,
+    RSSMPriorV3,
+    RSSMRolloutV3,
+    SymExpTwoHot,
+    WorldModelWrapper,
+)
+from torchrl.modules.distributions.continuous import IndependentNormal
+from torchrl.objectives import (
+    DreamerV3ActorLoss,
+    DreamerV3Loss,
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+    SoftUpdate,
+    symexp,
+    symlog,
+)
+from torchrl.objectives.utils import ValueEstimators
+from torchrl.trainers.algorithms import DreamerV3Optimizer
+
+NBINS = 255  # two-hot bins of reward and value heads (paper)
+CNN_MULTS = (1, 2, 4, 8)  # v1 paper: channels double per stage
+KERNEL = 5  # v1 uses 4, but torchrl's conv blocks need an odd kernel
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """What the env emits: pixels [C, H, W] uint8 and/or a proprio vector [D]."""
+
+    pixels: tuple[int, int, int] | None = (3, 64, 64)
+    vector_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pixels is None and not self.vector_dim:
+            raise ValueError("ObsSpec needs pixels, a vector_dim, or both")
+
+    @property
+    def keys(self) -> list[str]:
+        """Observation keys in the order the encoder concatenates them."""
+        return (["pixels"] if self.pixels else []) + (["observation"] if self.vector_dim else [])
+
+    @classmethod
+    def from_env(cls, obs: str, image_size: int = 64, vector_dim: int | None = None) -> "ObsSpec":
+        """From EnvConfig.obs ("pixels" | "proprio" | "both")."""
+        pixels = (3, image_size, image_size) if obs in ("pixels", "both") else None
+        return cls(pixels=pixels, vector_dim=vector_dim if obs in ("proprio", "both") else None)
+
+
+def sizes(wm_cfg: Any) -> SimpleNamespace:
+    """Plain copy of the world-model sizes (accepts the dataclass, a dict or a DictConfig)."""
+    get = wm_cfg.get if isinstance(wm_cfg, dict) else lambda k: getattr(wm_cfg, k)
+    names = ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "mlp_layers", "blocks",
+             "unimix", "free_nats", "kl_dyn_scale", "kl_rep_scale")
+    s = SimpleNamespace(**{n: get(n) for n in names})
+    s.S = s.stoch * s.classes  # flattened one-hot latent
+    s.feat = s.S + s.deter  # actor/critic/head input
+    return s
+
+
+class ObsEncoder(nn.Module):
+    """Pixels -> CNN, vector -> symlog -> MLP; embeddings concatenated (the paper's multi-encoder)."""
+
+    def __init__(self, obs: ObsSpec, s: SimpleNamespace):
+        super().__init__()
+        self.cnn = self.mlp = None
+        self.out_features = 0
+        if obs.pixels:
+            self.cnn = DreamerV3ImageEncoder(obs.pixels[0], depth=s.cnn_depth, mults=CNN_MULTS,
+                                             kernel_size=KERNEL)
+            self.out_features += self.cnn.output_features(obs.pixels)
+        if obs.vector_dim:
+            self.mlp = DreamerV3MLP(obs.vector_dim, None, depth=s.mlp_layers, num_cells=s.mlp_units)
+            self.out_features += s.mlp_units
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        inputs = list(inputs)
+        parts = [self.cnn(inputs.pop(0))] if self.cnn is not None else []  # uint8 ok: scales itself
+        if self.mlp is not None:
+            parts.append(self.mlp(symlog(inputs.pop(0))))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+
+
+class ContinuousActorNet(nn.Module):
+    """Our continuous head (torchrl has none): tanh mean, std in [0.1, 1] (JAX repo's bounded normal).
+
+    outscale 0.01 on the last layer keeps initial actions near 0 with std ~0.89.
+    """
+
+    def __init__(self, in_features: int, action_dim: int, layers: int, units: int,
+                 min_std: float = 0.1, max_std: float = 1.0):
+        super().__init__()
+        self.backbone = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
+        self.head = DreamerV3MLP(units, 2 * action_dim, depth=0, outscale=0.01)
+        self.min_std, self.max_std = min_std, max_std
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor):
+        # (belief, state) order: every head must concatenate the same way.
+        mean, std = self.head(self.backbone(belief, state)).chunk(2, -1)
+        std = (self.max_std - self.min_std) * torch.sigmoid(std + 2.0) + self.min_std
+        return mean.tanh().float(), std.float()  # float: heads may run under bf16 autocast
+
+
+def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int) -> SimpleNamespace:
+    """The raw networks. Shared by the learner's modules and the acting policy."""
+    s = sizes(wm_cfg)
+    encoder = ObsEncoder(obs, s)
+    prior = RSSMPriorV3(
+        action_shape=(action_dim,), action_dim=action_dim, hidden_dim=s.hidden, rnn_hidden_dim=s.deter,
+        num_categoricals=s.stoch, num_classes=s.classes,
+        recurrent_model="block_gru", num_blocks=s.blocks,  # default "gru" is the legacy cell
+        num_layers=1, prior_num_layers=2, unimix=s.unimix)  # default unimix is 0.0
+    posterior = RSSMPosteriorV3(
+        hidden_dim=s.hidden, num_categoricals=s.stoch, num_classes=s.classes, rnn_hidden_dim=s.deter,
+        obs_embed_dim=encoder.out_features, use_rms_norm=True,  # default False is legacy
+        num_layers=1, unimix=s.unimix)
+    L, U = s.mlp_layers, s.mlp_units
+    return SimpleNamespace(
+        sizes=s, obs=obs, action_dim=action_dim, encoder=encoder, prior=prior, posterior=posterior,
+        pixel_decoder=(DreamerV3ImageDecoder(s.feat, obs.pixels, depth=s.cnn_depth, mults=CNN_MULTS,
+                                             kernel_size=KERNEL, num_blocks=s.blocks)
+                       if obs.pixels else None),
+        vector_decoder=DreamerV3MLP(s.feat, obs.vector_dim, depth=L, num_cells=U) if obs.vector_dim else None,
+        reward=DreamerV3MLP(s.feat, NBINS, depth=L, num_cells=U, outscale=0.0),  # zero init: predicts 0
+        cont=DreamerV3MLP(s.feat, 1, depth=L, num_cells=U),
+        actor=ContinuousActorNet(s.feat, action_dim, L, U),
+        value=DreamerV3MLP(s.feat, NBINS, depth=L, num_cells=U, outscale=0.0),
+    )
+
+
+def _world_model(n: SimpleNamespace) -> TensorDictSequential:
+    """Observed-sequence model. The rollout keys are EXACTLY torchrl's fast-path keys (scan/compile)."""
+    obs_in = [("next", k) for k in n.obs.keys]
+    rollout = RSSMRolloutV3(
+        TensorDictModule(n.prior, ["state", "belief", "action"],
+                         [("next", "prior_logits"), ("next", "state"), ("next", "belief")]),
+        TensorDictModule(n.posterior, [("next", "belief"), ("next", "encoded_latents")],
+                         [("next", "posterior_logits"), ("next", "state")]),
+        reset_key="is_init")
+    assert rollout._fast_path, "rollout fell off torchrl's tensor fast path (key wiring changed?)"
+    feat = [("next", "state"), ("next", "belief")]
+    parts = [TensorDictModule(n.encoder, obs_in, [("next", "encoded_latents")]), rollout]
+    if n.pixel_decoder is not None:
+        parts.append(TensorDictModule(n.pixel_decoder, feat, [("next", "reco_pixels")]))
+    if n.vector_decoder is not None:  # predicts symlog(obs); symexp back so the loss sees raw space
+        parts += [TensorDictModule(n.vector_decoder, feat, [("next", "reco_symlog")]),
+                  TensorDictModule(symexp, [("next", "reco_symlog")], [("next", "reco_observation")])]
+    head_in = [("next", "belief"), ("next", "state")]  # same order as the imagination wrappers
+    parts += [TensorDictModule(n.reward, head_in, [("next", "reward_logits")]),
+              TensorDictModule(SymExpTwoHot(NBINS), [("next", "reward_logits")], [("next", "reward")]),
+              TensorDictModule(n.cont, head_in, [("next", "continue_pred")])]
+    return TensorDictSequential(*parts)
+
+
+def _actor(n: SimpleNamespace) -> ProbabilisticTensorDictSequential:
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(n.actor, ["state", "belief"], ["loc", "scale"]),
+        ProbabilisticTensorDictModule(
+            ["loc", "scale"], ["action"], distribution_class=IndependentNormal,
+            default_interaction_type=InteractionType.RANDOM, return_log_prob=True,
+            log_prob_key="action_log_prob"))
+
+
+def _critic(n: SimpleNamespace) -> TensorDictSequential:
+    return TensorDictSequential(
+        TensorDictModule(n.value, ["belief", "state"], ["state_value_logits"]),
+        TensorDictModule(SymExpTwoHot(NBINS), ["state_value_logits"], ["state_value"]))
+
+
+def _imagination_env(n: SimpleNamespace, device) -> DreamerEnv:
+    """Latent-only env for the actor loss (prior + reward head; no real env involved)."""
+    s = n.sizes
+    dynamics = WorldModelWrapper(
+        TensorDictModule(n.prior, ["state", "belief", "action"], ["_", "state", "belief"]),
+        TensorDictSequential(
+            TensorDictModule(n.reward, ["belief", "state"], ["reward_logits"]),
+            TensorDictModule(SymExpTwoHot(NBINS), ["reward_logits"], ["reward"])))
+    # DreamerEnv moves the shared nets to its device: build it on the final device.
+    env = DreamerEnv(dynamics, prior_shape=(s.S,), belief_shape=(s.deter,), device=device)
+    env.observation_spec = Composite(state=Unbounded(s.S), belief=Unbounded(s.deter), device=device)
+    env.state_spec = env.observation_spec.clone()
+    env.action_spec = Bounded(-1, 1, (n.action_dim,), device=device)
+    env.reward_spec = Unbounded((1,), device=device)
+    return env
+
+
+@dataclass
+class DreamerAgent:
+    nets: SimpleNamespace
+    world_model: TensorDictSequential
+    actor: ProbabilisticTensorDictSequential
+    critic: TensorDictSequential
+    model_loss: DreamerV3ModelLoss
+    actor_loss: DreamerV3ActorLoss
+    value_loss: DreamerV3ValueLoss
+    loss: DreamerV3Loss
+    optimizer: DreamerV3Optimizer
+    target_updater: SoftUpdate
+    device: torch.device
+
+    @property
+    def obs(self) -> ObsSpec:
+        return self.nets.obs
+
+    @property
+    def action_dim(self) -> int:
+        return self.nets.action_dim
+
+    @property
+    def state_dim(self) -> int:
+        return self.nets.sizes.S
+
+    @property
+    def belief_dim(self) -> int:
+        return self.nets.sizes.deter
+
+
+def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
+                device: str | torch.device = "cpu", *, lr_warmup_steps: int = 1000,
+                actor_grad: str = "dynamics") -> DreamerAgent:
+    """World model, actor, critic, DreamerV3Loss, optimizer and slow-critic updater on `device`.
+
+    actor_grad: "dynamics" (v1 paper for continuous actions: backprop through imagined dynamics)
+    or "reinforce" (the later reference's choice for every action space).
+    """
+    device = torch.device(device)
+    with torch.device(device):
+        n = build_nets(wm_cfg, obs, action_dim)
+    s, lc = n.sizes, learner_cfg
+    world_model, actor, critic = _world_model(n), _actor(n), _critic(n)
+
+    model_loss = DreamerV3ModelLoss(
+        world_model, kl_mode="separate",  # default "balanced" = per-categorical free bits (wrong)
+        lambda_dynamic=s.kl_dyn_scale, lambda_representation=s.kl_rep_scale, free_bits=s.free_nats,
+        unimix=s.unimix, lambda_continue=1.0,  # continue loss is off by default
+        reco_symlog=[k == "observation" for k in obs.keys],  # pixels: MSE on x/255; vectors: symlog MSE
+        detach_output=False)  # DreamerV3Loss's replay-value term needs the posterior outputs
+    model_loss.set_keys(pixels=obs.keys, reco_pixels=[f"reco_{k}" for k in obs.keys])
+    continuation = TensorDictSequential(  # lets imagination terminate (off unless passed)
+        TensorDictModule(n.cont, ["belief", "state"], ["continue_logits"]),
+        TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
+    actor_loss = DreamerV3ActorLoss(
+        actor, critic, _imagination_env(n, device), continuation_model=continuation,
+        imagination_horizon=lc.imagination_horizon, use_reinforce=(actor_grad == "reinforce"),
+        entropy_bonus=lc.entropy_coef)
+    actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)
+    value_loss = DreamerV3ValueLoss(critic, value_loss="two_hot", gamma=lc.gamma, actor_loss=actor_loss,
+                                    slow_critic_regularization=1.0)  # 0 (default) = no slow critic
+    target_updater = SoftUpdate(value_loss, tau=0.02)  # slow critic EMA 0.98 (paper)
+    loss = DreamerV3Loss(model_loss, actor_loss, value_loss, replay_value_loss_weight=0.3,
+                         continuation_horizon=1.0 / (1.0 - lc.gamma), lmbda=lc.lmbda)
+    # One optimizer over loss.parameters() (world model + actor + online critic; the slow critic is a
+    # buffer), split into groups so the config's per-part learning rates apply.
+    wm_params, actor_params = list(world_model.parameters()), list(actor.parameters())
+    seen = {id(p) for p in wm_params + actor_params}
+    critic_params = [p for p in loss.parameters() if id(p) not in seen]
+    optimizer = DreamerV3Optimizer(
+        [{"params": wm_params, "lr": lc.model_lr}, {"params": actor_params, "lr": lc.actor_lr},
+         {"params": critic_params, "lr": lc.critic_lr}],
+        lr=lc.model_lr, eps=lc.adam_eps, warmup_steps=lr_warmup_steps)
+    return DreamerAgent(n, world_model, actor, critic, model_loss, actor_loss, value_loss, loss,
+                        optimizer, target_updater, device)
+
+
+def _numel(module: nn.Module | None) -> int:
+    return 0 if module is None else sum(p.numel() for p in module.parameters())
+
+
+def count_parameters(agent: Any) -> dict[str, int]:
+    """Trainable parameters of world model, actor and critic (the slow critic is a buffer copy).
+
+    Accepts a DreamerAgent or the `build_nets` namespace (count on the meta device for big sizes).
+    """
+    n = agent.nets if isinstance(agent, DreamerAgent) else agent
+    wm = sum(_numel(getattr(n, k)) for k in ("encoder", "prior", "posterior", "pixel_decoder",
+                                              "vector_decoder", "reward", "cont"))
+    counts = {"world_model": wm, "actor": _numel(n.actor), "critic": _numel(n.value)}
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def config_dict(cfg: Any) -> dict:
+    """A plain, picklable dict of a config dataclass / DictConfig / dict."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return dict(cfg)
