@@ -6,3 +6,8 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 # torchrl logs every storage allocation and server choice at INFO; keep our console for progress.
 os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+
+import logging
+
+# PyOpenGL announces at INFO that its optional accelerator module is missing, on every start.
+logging.getLogger("OpenGL").setLevel(logging.WARNING)

@@ -1,6 +1,7 @@
 """Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -27,7 +28,17 @@ def run(cfg: DictConfig) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    collect(config)
+    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C, so every `finally` stops the workers.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        collect(config)
+    except KeyboardInterrupt:
+        print("interrupted: workers stopped", file=sys.stderr)
+        sys.exit(130)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def collect(config: Config) -> SequenceReplay:

@@ -1,0 +1,190 @@
+"""DreamerV3 agent, acting policy and learner on tiny sizes (CPU, eager)."""
+import pickle
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.modules import RSSMStateEstimatorV3
+
+from dreamer.agent import ObsSpec, build_agent, build_nets, count_parameters
+from dreamer.config import LearnerConfig, WorldModelConfig
+from dreamer.learner import Learner, resolve_flags, to_loss_batch
+from dreamer.policy import (
+    DreamerPolicyFactory,
+    build_acting_policy,
+    check_policy_keys,
+    make_primer,
+)
+
+TINY = WorldModelConfig(size="tiny", deter=64, hidden=64, stoch=8, classes=8, cnn_depth=8,
+                        mlp_units=64, mlp_layers=1)
+XS = WorldModelConfig(size="xs", deter=256, hidden=256, stoch=32, classes=32, cnn_depth=24,
+                      mlp_units=256, mlp_layers=1)
+S = WorldModelConfig()  # the "s" defaults
+PIXELS, PROPRIO = ObsSpec(), ObsSpec(pixels=None, vector_dim=5)
+WM_LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic",
+             "loss_model_representation", "loss_model_continue")
+
+# Documented parameter counts (64x64 pixels, 6-dim action unless noted); the README quotes these.
+PARAM_COUNTS = {
+    "tiny": {"world_model": 296_851, "actor": 9_100, "critic": 24_895, "total": 330_846},
+    "tiny_proprio5_act1": {"world_model": 90_757, "actor": 8_450, "critic": 24_895, "total": 124_102},
+    "xs": {"world_model": 4_503_539, "actor": 331_276, "critic": 393_727, "total": 5_228_542},
+    "s": {"world_model": 10_829_891, "actor": 1_056_780, "critic": 1_181_439, "total": 13_068_110},
+}
+
+
+def replay_batch(B, T, obs: ObsSpec, action_dim, *, smooth=False, seed=0):
+    """Replay-format batch: root obs at t, action, is_init, next reward/done/terminated."""
+    g = torch.Generator().manual_seed(seed)
+    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
+    is_init[:, 0] = True
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    done[0, -1] = True
+    td = {"action": torch.rand(B, T, action_dim, generator=g) * 2 - 1, "is_init": is_init,
+          "next": {"reward": torch.randn(B, T, 1, generator=g), "done": done, "terminated": done.clone()}}
+    if obs.pixels:
+        if smooth:  # a learnable image: a horizontal gradient
+            x = torch.linspace(0, 255, 64).round().to(torch.uint8)
+            td["pixels"] = x.view(1, 1, 1, 1, 64).expand(B, T, 3, 64, 64).clone()
+        else:
+            td["pixels"] = torch.randint(0, 256, (B, T, *obs.pixels), dtype=torch.uint8, generator=g)
+    if obs.vector_dim:
+        td["observation"] = 3 * torch.randn(B, T, obs.vector_dim, generator=g)
+    return TensorDict(td, [B, T])
+
+
+def tiny_agent(obs, action_dim, lr=None):
+    torch.manual_seed(0)
+    lcfg = LearnerConfig() if lr is None else LearnerConfig(model_lr=lr, actor_lr=lr, critic_lr=lr)
+    agent = build_agent(TINY, lcfg, obs, action_dim, "cpu", lr_warmup_steps=0)
+    return agent, Learner(agent, lcfg)
+
+
+@pytest.mark.parametrize("obs,action_dim", [(PIXELS, 6), (PROPRIO, 1)], ids=["pixels", "proprio"])
+def test_one_step_finite_and_updates(obs, action_dim):
+    agent, learner = tiny_agent(obs, action_dim)
+    assert learner.flags.compile is False and learner.flags.cudagraph is False  # CPU: eager
+    params = list(agent.loss.parameters())
+    before = [p.detach().clone() for p in params]
+    metrics = learner.step(replay_batch(2, 8, obs, action_dim))
+    assert set(WM_LOSSES) | {"loss_actor", "loss_value", "loss_replay_value"} <= set(metrics)
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
+    changed = sum(not torch.equal(b, p) for b, p in zip(before, params))
+    # outscale-0 reward/value output layers leave their hidden layers without gradient at step 1
+    assert changed > len(params) // 2, f"{changed}/{len(params)} tensors changed"
+
+
+def test_fit_lowers_world_model_loss():
+    agent, learner = tiny_agent(PIXELS, 6, lr=1e-3)
+    batch = replay_batch(2, 8, PIXELS, 6, smooth=True)
+    losses = [sum(learner.step(batch)[k] for k in WM_LOSSES) for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_loss_batch_from_next_record():
+    agent, _ = tiny_agent(PROPRIO, 1)
+    batch = replay_batch(2, 6, PROPRIO, 1)
+    batch["is_init"][1, 3] = True  # an episode starts at record 3 of row 1
+    out = to_loss_batch(batch, agent)
+    assert out.shape == (2, 5)  # no ("next", obs) stored: T-1 transitions
+    obs = batch["observation"]
+    assert torch.equal(out["next", "observation"][0], obs[0, 1:])
+    assert torch.equal(out["next", "observation"][1, 2], obs[1, 2])  # boundary: final obs unknown
+    batch["next", "observation"] = obs + 1  # stored next obs is used as is, all T steps
+    assert torch.equal(to_loss_batch(batch, agent)["next", "observation"], obs + 1)
+
+
+def test_flags():
+    cpu = torch.device("cpu")
+    assert resolve_flags(LearnerConfig(), cpu) == resolve_flags(LearnerConfig(compile=False), cpu)
+    assert not any(vars(resolve_flags(LearnerConfig(), cpu)).values())
+    with pytest.raises(ValueError, match="cudagraph=true needs a CUDA"):
+        resolve_flags(LearnerConfig(cudagraph=True), cpu)
+
+
+def _carry(n, agent_like_sizes, action_dim, value=0.0):
+    S, D = agent_like_sizes
+    return {"state": torch.full((n, S), value), "belief": torch.full((n, D), value),
+            "previous_action": torch.full((n, action_dim), value)}
+
+
+def test_policy_keeps_per_env_state_and_resets():
+    policy = pickle.loads(pickle.dumps(DreamerPolicyFactory(TINY, PIXELS, 6, explore=False)))()
+    sizes = (64, 64)
+    n = 3
+    pixels = torch.randint(0, 256, (n, 3, 64, 64), dtype=torch.uint8)
+
+    def act(carry, is_init, seed):
+        torch.manual_seed(seed)  # the posterior latent is sampled even in mode
+        td = TensorDict({"pixels": pixels, "is_init": is_init, **carry}, [n])
+        td = policy(td)
+        return td, {k: td["next", k] for k in ("state", "belief", "previous_action")}
+
+    # inputs untouched, next carry written under "next"
+    zero = _carry(n, sizes, 6)
+    td, carry1 = act(zero, torch.ones(n, 1, dtype=torch.bool), 0)
+    assert torch.equal(td["belief"], zero["belief"]) and td["action"].abs().max() <= 1
+    assert torch.equal(carry1["previous_action"], td["action"])
+    # env 1 resets: garbage carry is ignored there; envs 0 and 2 keep (use) their own carry
+    garbage = _carry(n, sizes, 6, value=5.0)
+    flags = torch.tensor([[False], [True], [False]])
+    _, c_g = act(garbage, flags, 1)
+    _, c_z = act(zero, flags, 1)
+    assert torch.allclose(c_g["belief"][1], c_z["belief"][1])
+    assert not torch.allclose(c_g["belief"][0], c_z["belief"][0])
+    assert not torch.allclose(c_g["belief"][2], c_z["belief"][2])
+    # batch independence: env 0's result does not depend on env 2's carry
+    other = {k: v.clone() for k, v in garbage.items()}
+    other["belief"][2] = -3.0
+    _, c_o = act(other, flags, 1)
+    assert torch.allclose(c_o["belief"][0], c_g["belief"][0])
+
+
+def test_policy_explore_samples_and_primer():
+    policy = DreamerPolicyFactory(TINY, PROPRIO, 1, explore=True)()
+    td = TensorDict({"observation": torch.randn(4, 5), "is_init": torch.ones(4, 1, dtype=torch.bool),
+                     **_carry(4, (64, 64), 1)}, [4])
+    assert policy(td)["action"].shape == (4, 1)
+    primer = make_primer(TINY, 1)
+    spec = primer.primers
+    assert spec["state"].shape[-1] == 64 and spec["belief"].shape[-1] == 64
+    assert spec["previous_action"].shape[-1] == 1
+
+
+def test_policy_weights_from_agent_load_into_factory():
+    agent, _ = tiny_agent(PIXELS, 6)
+    weights = build_acting_policy(agent.nets).state_dict()
+    policy = DreamerPolicyFactory(TINY, PIXELS, 6, state_dict=weights)()
+    assert all(torch.equal(weights[k], v) for k, v in policy.state_dict().items())
+
+
+def test_key_rewrite_guard():
+    check_policy_keys(DreamerPolicyFactory(TINY, PIXELS, 6)())  # ours: carry goes under "next"
+    bad = TensorDictModule(nn.Linear(4, 4), in_keys=["state"], out_keys=["state"])
+    with pytest.raises(ValueError, match="state"):
+        check_policy_keys(bad)
+    # torchrl's estimator with default out_keys rewrites state/belief at the root, hidden in a sequence
+    nets = build_nets(TINY, PROPRIO, 1)
+    hidden = TensorDictSequential(
+        TensorDictModule(nets.encoder, ["observation"], ["encoded_latents"]),
+        RSSMStateEstimatorV3(nets.prior, nets.posterior),
+        TensorDictModule(nets.actor, ["state", "belief"], ["loc", "scale"]),
+        selected_out_keys=["loc"])
+    with pytest.raises(ValueError, match="belief"):
+        check_policy_keys(hidden)
+
+
+@pytest.mark.parametrize("name,cfg,obs,action_dim", [
+    ("tiny", TINY, PIXELS, 6), ("tiny_proprio5_act1", TINY, PROPRIO, 1), ("xs", XS, PIXELS, 6), ("s", S, PIXELS, 6)])
+def test_parameter_counts(name, cfg, obs, action_dim):
+    with torch.device("meta"):  # shapes only: no memory, no init time
+        nets = build_nets(cfg, obs, action_dim)
+    assert count_parameters(nets) == PARAM_COUNTS[name]
+
+
+def test_count_parameters_matches_loss_parameters():
+    agent, _ = tiny_agent(PIXELS, 6)
+    assert count_parameters(agent)["total"] == sum(p.numel() for p in agent.loss.parameters())
