@@ -1,19 +1,21 @@
 """Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
 
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from collectors.collector import RandomPolicyFactory, build_collector
 from collectors.envs import action_dim, env_factory
 from collectors.replay import SequenceReplay
 from dreamer.config import Config, ConfigError, validate
+from dreamer.metrics import MetricsLogger
 
 
 def resolve_device(name: str) -> str:
@@ -57,18 +59,48 @@ def collect(config: Config) -> SequenceReplay:
         policy_device=resolve_device(col.device),
         replay=replay,
     )
+    run_dir = HydraConfig.get().runtime.output_dir
+    metrics = make_logger(config, run_dir)
     print(f"collecting {col.total_frames} env steps from {col.num_envs} x {env_cfg.name} "
           f"({col.transport}, chunk {col.chunk_size()}) with random actions; learning: issue #3")
     start, done = time.monotonic(), 0
+    window = (time.monotonic(), _cpu_seconds(), 0)
     try:
         with tqdm(total=col.total_frames, unit="step", dynamic_ncols=True) as bar:
             for _ in collector:
                 frames = len(replay)
                 bar.update(frames - done)
                 done = frames
+                if done - window[2] >= config.logger.every or done >= col.total_frames:
+                    window = _log_collection(metrics, window, done, replay)
     finally:
         collector.shutdown(raise_on_error=False)
+        metrics.close()
     elapsed = time.monotonic() - start
     print(f"collected {done} env steps in {elapsed:.1f} s ({done / elapsed:.0f} steps/s); "
-          f"replay holds {len(replay)} transitions; run dir: {HydraConfig.get().runtime.output_dir}")
+          f"replay holds {len(replay)} transitions")
+    print(f"run dir: {run_dir} (metrics.jsonl{', wandb/' if metrics.run_id else ''})")
     return replay
+
+
+def make_logger(config: Config, run_dir: str) -> MetricsLogger:
+    log = config.logger
+    return MetricsLogger(run_dir, backend=log.backend, mode=log.mode, project=log.project,
+                         group=log.group, config=OmegaConf.to_container(OmegaConf.structured(config)))
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _log_collection(metrics: MetricsLogger, window: tuple, done: int, replay: SequenceReplay) -> tuple:
+    """Logs the window since the last call; returns the new window start."""
+    now, cpu = time.monotonic(), _cpu_seconds()
+    steps = max(1, done - window[2])
+    metrics.log(done, {
+        "collect/env_steps_per_s": steps / max(now - window[0], 1e-9),
+        "collect/driver_cpu_ms_per_step": 1000 * (cpu - window[1]) / steps,
+        "replay/size": len(replay),
+    })
+    return now, cpu, done

@@ -1,0 +1,58 @@
+"""Run metrics: a local JSONL file (readable without wandb) and, optionally, wandb.
+
+wandb runs offline by default: no account or network; the run lands in `<run dir>/wandb/` and
+`wandb sync <run dir>/wandb/offline-run-*` uploads it later.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | Path, backend: str = "wandb", mode: str = "offline",
+                 project: str = "dreamer-app", group: str | None = None, config: dict | None = None,
+                 run_id: str | None = None, name: str | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._file = open(self.path, "a", buffering=1)  # line-buffered: readable while running
+        self.wandb_run = None
+        if backend == "wandb" and mode != "disabled":
+            self.wandb_run = _init_wandb(self.run_dir, mode, project, group, config, run_id, name)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.wandb_run.id if self.wandb_run is not None else None
+
+    def log(self, step: int, metrics: dict) -> None:
+        clean = {k: _plain(v) for k, v in metrics.items()}
+        self._file.write(json.dumps({"step": step, **clean}) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log(clean, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def _plain(value):
+    value = float(value) if hasattr(value, "item") or isinstance(value, (int, float)) else value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _init_wandb(run_dir: Path, mode: str, project: str, group, config, run_id, name):
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    return wandb.init(project=project, dir=str(run_dir), mode=mode, group=group, config=config,
+                      id=run_id, resume="allow" if run_id else None, name=name)
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
