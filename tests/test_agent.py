@@ -80,7 +80,10 @@ def test_one_step_finite_and_updates(obs, action_dim):
 def test_fit_lowers_world_model_loss():
     agent, learner = tiny_agent(PIXELS, 6, lr=1e-3)
     batch = replay_batch(2, 8, PIXELS, 6, smooth=True)
-    losses = [sum(learner.step(batch)[k] for k in WM_LOSSES) for _ in range(30)]
+    losses = []
+    for _ in range(30):
+        metrics = learner.step(batch)
+        losses.append(sum(metrics[k] for k in WM_LOSSES))
     assert losses[-1] < 0.5 * losses[0], losses
 
 
@@ -188,3 +191,21 @@ def test_parameter_counts(name, cfg, obs, action_dim):
 def test_count_parameters_matches_loss_parameters():
     agent, _ = tiny_agent(PIXELS, 6)
     assert count_parameters(agent)["total"] == sum(p.numel() for p in agent.loss.parameters())
+
+
+def test_carry_flows_through_a_real_env():
+    """Primer + policy in a DMC env: step_mdp turns ("next", carry) into the next call's root carry."""
+    from collectors.envs import make_dmc_env
+
+    env = make_dmc_env("cartpole", "balance", obs="proprio", seed=0)
+    env.append_transform(make_primer(TINY, 1))
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    policy = DreamerPolicyFactory(TINY, ObsSpec(pixels=None, vector_dim=obs_dim), 1)()
+    assert set(policy.in_keys) <= set(env.fake_tensordict().keys())  # all inputs are env outputs
+    rollout = env.rollout(5, policy)
+    assert rollout["is_init"][0] and not rollout["is_init"][1:].any()
+    assert torch.equal(rollout["state"][0], torch.zeros(64))  # primer starts from zeros
+    assert torch.equal(rollout["state"][1:], rollout["next", "state"][:-1])
+    assert torch.equal(rollout["belief"][1:], rollout["next", "belief"][:-1])
+    assert torch.equal(rollout["previous_action"][1:], rollout["action"][:-1])
+    env.close()
