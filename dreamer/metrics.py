@@ -36,8 +36,11 @@ class MetricsLogger:
     def close(self) -> None:
         self._file.close()
         if self.wandb_run is not None:
+            import wandb
+
             self.wandb_run.finish()
             self.wandb_run = None
+            wandb.teardown()  # stops the wandb-core service process now, not at interpreter exit
 
 
 def _plain(value):

@@ -4,6 +4,7 @@ import torch
 
 from dreamer import checkpoint
 from dreamer.metrics import MetricsLogger, read_metrics
+from tests.helpers import live_children
 
 
 def test_save_load_roundtrip_and_keep_last_k(tmp_path):
@@ -58,6 +59,7 @@ def test_metrics_file_and_offline_wandb(tmp_path):
     assert rows == [{"step": 10, "loss": 1.5, "return": 3.0, "nan": None}, {"step": 20, "loss": 1.0}]
     offline = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert offline and (offline[0] / f"run-{run_id}.wandb").exists()
+    assert live_children() == [], "wandb's service process outlived close()"
 
 
 def test_metrics_without_wandb(tmp_path):
