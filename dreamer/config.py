@@ -253,9 +253,15 @@ class Config:
                 if getattr(self.learner, flag) is True and not torch.cuda.is_available():
                     raise ConfigError(f"learner.{flag}", "true needs a CUDA GPU and none is available; "
                                       "use auto or false on this machine")
-        if col.inference_static_batch_size is not None and col.transport != "process_slot":
-            raise ConfigError("collector.inference_static_batch_size",
-                              "needs collector.transport=process_slot")
+        if col.inference_static_batch_size is not None:
+            _check(col.transport == "process_slot", "collector.inference_static_batch_size",
+                   "needs collector.transport=process_slot")
+            import torch
+
+            cuda = col.device.startswith("cuda") or (col.device == "auto" and torch.cuda.is_available())
+            _check(cuda, "collector.inference_static_batch_size",
+                   "fixed-size (padded) inference batches need a CUDA inference device (collector.device); "
+                   "use null on a CPU machine")
         _check(rep.capacity >= rep.batch_length * col.num_envs, "replay.capacity",
                f"must hold at least one sequence per env: >= {rep.batch_length * col.num_envs} (got {rep.capacity})")
 

@@ -73,6 +73,12 @@ def test_bad_values_raise_config_error_naming_the_key(overrides, key):
     assert key in str(err.value)
 
 
+def test_static_batch_on_cpu_is_rejected_at_start_up():
+    with pytest.raises(ConfigError, match="CUDA inference device") as err:
+        validate(composed("collector.inference_static_batch_size=2", "collector.device=cpu"))
+    assert err.value.key == "collector.inference_static_batch_size"
+
+
 def test_cudagraph_true_on_cpu_is_rejected():
     import torch
 
