@@ -61,6 +61,7 @@ def collect(config: Config) -> SequenceReplay:
     )
     run_dir = HydraConfig.get().runtime.output_dir
     metrics = make_logger(config, run_dir)
+    outputs = "metrics.jsonl" + (", wandb/ (offline: `wandb sync` uploads)" if metrics.run_id else "")
     print(f"collecting {col.total_frames} env steps from {col.num_envs} x {env_cfg.name} "
           f"({col.transport}, chunk {col.chunk_size()}) with random actions; learning: issue #3")
     start, done = time.monotonic(), 0
@@ -79,7 +80,7 @@ def collect(config: Config) -> SequenceReplay:
     elapsed = time.monotonic() - start
     print(f"collected {done} env steps in {elapsed:.1f} s ({done / elapsed:.0f} steps/s); "
           f"replay holds {len(replay)} transitions")
-    print(f"run dir: {run_dir} (metrics.jsonl{', wandb/' if metrics.run_id else ''})")
+    print(f"run dir: {run_dir} ({outputs})")
     return replay
 
 
