@@ -246,13 +246,11 @@ class Config:
                f"must be <= collector.frames_per_batch={col.frames_per_batch} (got {col.chunk_size()})")
         _check(col.frames_per_batch >= col.num_envs, "collector.frames_per_batch",
                f"must be >= collector.num_envs={col.num_envs} (got {col.frames_per_batch})")
-        if self.learner.cudagraph is True or self.learner.bf16 is True:
+        if self.learner.cudagraph is True:
             import torch
 
-            for flag in ("cudagraph",):
-                if getattr(self.learner, flag) is True and not torch.cuda.is_available():
-                    raise ConfigError(f"learner.{flag}", "true needs a CUDA GPU and none is available; "
-                                      "use auto or false on this machine")
+            _check(torch.cuda.is_available(), "learner.cudagraph",
+                   "true needs a CUDA GPU and none is available; use auto or false on this machine")
         if col.inference_static_batch_size is not None:
             _check(col.transport == "process_slot", "collector.inference_static_batch_size",
                    "needs collector.transport=process_slot")
