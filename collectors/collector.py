@@ -42,10 +42,12 @@ def build_collector(
     policy_device: str = "cpu",
     replay=None,
     drop_keys: tuple = (),
+    on_write=None,
 ) -> AsyncBatchedCollector:
     """An AsyncBatchedCollector writing chunks into `replay` (a SequenceReplay), or yielding batches.
 
     `drop_keys` are removed before storage (e.g. ("next", "pixels"): the next record holds them).
+    `on_write(td)` sees every batch before it is stored, on the writer thread (an EpisodeTracker).
     """
     num_envs = len(env_fns)
     if static_batch_size is not None and torch.device(policy_device).type != "cuda":
@@ -79,6 +81,7 @@ def build_collector(
             policy_device=policy_device, output_device="cpu", env_device="cpu", storing_device="cpu"),
         replay_buffer=replay.buffer if replay is not None else None,
         postproc=ExcludeTransform(*drop_keys) if drop_keys else None,
+        post_collect_hook=on_write,
     )
     if transport == "process_slot" and collector.server_backend != "process":
         # "auto" falls back to a thread server with only an INFO log line; we promised processes.

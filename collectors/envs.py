@@ -106,8 +106,13 @@ def make_dmc_env(
     camera: int | None = None,
     fast_visuals: bool = False,
     seed: int | None = None,
+    extra_transform=None,
 ) -> EnvBase:
-    """One DMC env as a torchrl EnvBase with the keys listed in the module docstring."""
+    """One DMC env as a torchrl EnvBase with the keys listed in the module docstring.
+
+    `extra_transform`: a picklable zero-argument callable returning a transform appended last
+    (the agent's recurrent-state primer: the env knows nothing about the agent).
+    """
     from dm_control import suite
     from dm_control.suite.wrappers import pixels as pixel_wrapper
 
@@ -132,21 +137,27 @@ def make_dmc_env(
         transforms.append(PermuteTransform((-1, -3, -2), in_keys=["pixels"], out_keys=["pixels"]))
     transforms.append(InitTracker())
     transforms.append(StepCounter())  # step_count: episode length, and stream-order checks
+    if extra_transform is not None:
+        transforms.append(extra_transform())
     return TransformedEnv(base, Compose(*transforms))
 
 
-def env_factory(env_cfg, seed: int):
-    """A picklable zero-argument factory, as the collector's worker processes need."""
+def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None):
+    """A picklable zero-argument factory, as the collector's worker processes need.
+
+    `obs` overrides env_cfg.obs (evaluation renders pixels for videos of proprio runs).
+    """
     return functools.partial(
         make_dmc_env,
         domain=env_cfg.domain,
         task=env_cfg.task,
-        obs=env_cfg.obs,
+        obs=obs or env_cfg.obs,
         image_size=env_cfg.image_size,
         action_repeat=env_cfg.action_repeat,
         camera=env_cfg.camera,
         fast_visuals=env_cfg.fast_visuals,
         seed=seed,
+        extra_transform=extra_transform,
     )
 
 
@@ -162,9 +173,18 @@ def random_actions(env: EnvBase, steps: int) -> float:
     return total
 
 
-
 def action_dim(domain: str, task: str) -> int:
     """The task's action size, read without building a renderer."""
     from dm_control import suite
 
     return int(suite.load(domain, task).action_spec().shape[0])
+
+
+def observation_dim(domain: str, task: str) -> int:
+    """Size of the concatenated proprio state vector ("observation")."""
+    import math
+
+    from dm_control import suite
+
+    spec = suite.load(domain, task).observation_spec()
+    return sum(math.prod(s.shape) for s in spec.values())

@@ -1,15 +1,12 @@
 """The chunked process-slot collector writing into per-env replay (real workers, real DMC)."""
-import uuid
-
 import pytest
 from omegaconf import OmegaConf
 
 from collectors.collector import CollectorSetupError, RandomPolicyFactory, build_collector
 from collectors.envs import env_factory
 from collectors.replay import SequenceReplay
-from dreamer.metrics import read_metrics
 from tests.helpers import (
-    assert_sequences_consistent, assert_stream_in_order, live_children, processes_tagged,
+    assert_sequences_consistent, assert_stream_in_order, live_children,
 )
 
 # action_repeat 8: 125-step episodes, so a short collection holds episode boundaries.
@@ -83,8 +80,9 @@ class ExplodingEnvFactory:
 
 
 def test_worker_failure_raises_and_leaves_no_process():
+    # A budget the healthy env cannot finish alone before the failure surfaces (64 frames raced it).
     collector = build_collector([env_factory(ENV, seed=0), ExplodingEnvFactory()], RandomPolicyFactory(1),
-                                frames_per_batch=16, total_frames=64, chunk_size=4)
+                                frames_per_batch=16, total_frames=1_000_000, chunk_size=4)
     with pytest.raises(RuntimeError):
         try:
             for _ in collector:
@@ -92,19 +90,3 @@ def test_worker_failure_raises_and_leaves_no_process():
         finally:
             collector.shutdown(raise_on_error=False)
     assert live_children() == []
-
-
-@pytest.mark.slow
-def test_train_py_collects_logs_and_leaves_no_process(train, tmp_path):
-    tag = uuid.uuid4().hex
-    run_dir = tmp_path / "run"
-    proc = train("env=dmc_cartpole_balance", "collector.num_envs=2", "collector.total_frames=200",
-                 "collector.transition_chunk_size=16", "logger.every=64", f"hydra.run.dir={run_dir}",
-                 env_extra={"DREAMER_TEST_TAG": tag}, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "collected 200 env steps" in proc.stdout
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    assert rows[-1]["step"] == 200 and rows[-1]["replay/size"] == 200
-    assert all(row["collect/env_steps_per_s"] > 0 for row in rows)
-    assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run in the run dir"
-    assert processes_tagged(tag) == [], "worker processes outlived train.py"

@@ -1,0 +1,54 @@
+"""Counts transitions and finished episodes as the collector writes them (its post-collect hook).
+
+The hook runs on the collector's writer thread; the training loop reads from the main thread,
+hence the lock. Chunks of one env arrive in order, so a running sum per env gives each return.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from tensordict import TensorDictBase
+
+from collectors.replay import ENV_INDEX
+
+
+class EpisodeTracker:
+    def __init__(self, history: int = 100):
+        self._lock = threading.Lock()
+        self._running: dict[int, list[float]] = {}  # env -> [return, length]
+        self._finished: deque[tuple[float, int]] = deque(maxlen=history)
+        self._new: list[tuple[float, int]] = []
+        self.frames = 0  # transitions written since this tracker was made
+        self.episodes = 0
+        self.writer_cpu = 0.0  # CPU seconds of the writer thread (the collection driver) so far
+
+    def __call__(self, td: TensorDictBase) -> None:
+        td = td.reshape(-1)
+        envs = td[ENV_INDEX].reshape(-1).tolist()
+        rewards = td["next", "reward"].reshape(-1).tolist()
+        dones = td["next", "done"].reshape(-1).tolist()
+        with self._lock:
+            self.writer_cpu = time.thread_time()
+            self.frames += len(envs)
+            for env, reward, done in zip(envs, rewards, dones):
+                ret = self._running.setdefault(env, [0.0, 0])
+                ret[0] += reward
+                ret[1] += 1
+                if done:
+                    self._finished.append((ret[0], ret[1]))
+                    self._new.append((ret[0], ret[1]))
+                    self.episodes += 1
+                    self._running[env] = [0.0, 0]
+
+    def pop_finished(self) -> list[tuple[float, int]]:
+        """Episodes (return, length) finished since the last call."""
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def last_return(self) -> float | None:
+        with self._lock:
+            return self._finished[-1][0] if self._finished else None
+
