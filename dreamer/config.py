@@ -217,8 +217,9 @@ class EvalConfig:
 class CheckpointConfig:
     every: int = 50_000  # env steps between checkpoints; 0 = only at the end
     keep: int = 2
-    replay: bool = True
-    resume: Optional[str] = None
+    replay: bool = True  # include the replay buffer (resume continues with the same data)
+    replay_max_gb: float = 4.0  # a bigger replay is left out of checkpoints (with a warning)
+    resume: Optional[str] = None  # a checkpoint file or a run's checkpoints/ dir (newest wins)
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "checkpoint.every", f"must be >= 0 (got {self.every})")
@@ -238,9 +239,15 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 0
+    resume: Optional[str] = None  # short for checkpoint.resume
 
     def __post_init__(self) -> None:
         """Checks that need several groups at once."""
+        if self.resume is not None:
+            _check(os.path.exists(self.resume), "resume", f"no such file or directory: {self.resume}")
+            _check(self.checkpoint.resume in (None, self.resume), "resume",
+                   "give resume= or checkpoint.resume=, not two different paths")
+            self.checkpoint.resume = self.resume
         col, rep = self.collector, self.replay
         _check(col.chunk_size() <= col.frames_per_batch, "collector.transition_chunk_size",
                f"must be <= collector.frames_per_batch={col.frames_per_batch} (got {col.chunk_size()})")

@@ -33,6 +33,16 @@ class MetricsLogger:
         if self.wandb_run is not None:
             self.wandb_run.log(clean, step=step)
 
+    def log_videos(self, step: int, videos: dict) -> None:
+        """{name: mp4 path}: the paths go to the JSONL file, the videos to wandb."""
+        if not videos:
+            return
+        self._file.write(json.dumps({"step": step, **{k: str(v) for k, v in videos.items()}}) + "\n")
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.log({k: wandb.Video(str(v), format="mp4") for k, v in videos.items()}, step=step)
+
     def close(self) -> None:
         self._file.close()
         if self.wandb_run is not None:

@@ -44,10 +44,17 @@ class ClipAndCarry(nn.Module):
     """Clip to the DMC action box; the clipped action is both the env action and the next carry.
 
     Normal samples are unbounded (|a| up to ~1.6 seen). Replay stores what the env executed.
+    With the `random_actions` buffer set (replay prefill) actions are uniform instead; it is a
+    buffer so that the learner's weight push switches it off in the server, no rebuild needed.
     """
 
+    def __init__(self, random_actions: bool = False):
+        super().__init__()
+        self.register_buffer("random_actions", torch.tensor(random_actions))
+
     def forward(self, action: torch.Tensor):
-        action = action.clamp(-1.0, 1.0)
+        uniform = torch.rand_like(action) * 2 - 1
+        action = torch.where(self.random_actions, uniform, action.clamp(-1.0, 1.0))
         return action, action.clone()
 
 
@@ -57,7 +64,7 @@ class DreamerActingPolicy(TensorDictModuleBase):
     Note: even in mode, the posterior latent z is sampled (torchrl's estimator always samples).
     """
 
-    def __init__(self, nets, explore: bool = True):
+    def __init__(self, nets, explore: bool = True, random_actions: bool = False):
         super().__init__()
         self.explore = explore
         obs_keys = list(nets.obs.keys)
@@ -70,7 +77,7 @@ class DreamerActingPolicy(TensorDictModuleBase):
             TensorDictModule(nets.actor, [("next", "state"), ("next", "belief")], ["loc", "scale"]),
             ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=IndependentNormal,
                                           default_interaction_type=InteractionType.RANDOM),
-            TensorDictModule(ClipAndCarry(), ["action"], ["action", ("next", "previous_action")]),
+            TensorDictModule(ClipAndCarry(random_actions), ["action"], ["action", ("next", "previous_action")]),
         )
         self.in_keys = obs_keys + ["is_init", *CARRY_KEYS]
         self.out_keys = ["action", *NEXT_CARRY_KEYS]
@@ -83,9 +90,9 @@ class DreamerActingPolicy(TensorDictModuleBase):
         return tensordict.update(out.select(*self.out_keys))  # intermediates stay out of replay
 
 
-def build_acting_policy(nets, explore: bool = True) -> DreamerActingPolicy:
+def build_acting_policy(nets, explore: bool = True, random_actions: bool = False) -> DreamerActingPolicy:
     """Acting policy sharing `nets` (e.g. `agent.nets`); its state_dict matches the factory's."""
-    policy = DreamerActingPolicy(nets, explore)
+    policy = DreamerActingPolicy(nets, explore, random_actions)
     check_policy_keys(policy)
     return policy
 
@@ -94,14 +101,16 @@ class DreamerPolicyFactory:
     """Picklable zero-arg factory for the inference server. Holds sizes and optional weights only."""
 
     def __init__(self, wm_cfg: Any, obs: ObsSpec, action_dim: int, *, explore: bool = True,
-                 device: str = "cpu", state_dict: dict | None = None):
+                 device: str = "cpu", state_dict: dict | None = None, random_actions: bool = False):
         self.wm_cfg = config_dict(wm_cfg)
+        self.random_actions = random_actions  # prefill: uniform actions until the first weight push
         self.obs, self.action_dim, self.explore, self.device = obs, action_dim, explore, device
         self.state_dict = state_dict  # CPU tensors, e.g. build_acting_policy(agent.nets).state_dict()
 
     def __call__(self) -> DreamerActingPolicy:
         with torch.device(self.device):
-            policy = build_acting_policy(build_nets(self.wm_cfg, self.obs, self.action_dim), self.explore)
+            policy = build_acting_policy(build_nets(self.wm_cfg, self.obs, self.action_dim), self.explore,
+                                         self.random_actions)
         if self.state_dict is not None:
             policy.load_state_dict(self.state_dict)
         return policy.eval()

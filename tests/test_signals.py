@@ -1,12 +1,16 @@
-"""Ctrl-C and SIGTERM stop train.py and every worker it started, within 10 s."""
+"""Ctrl-C and SIGTERM stop train.py and every worker it started within 10 s, after a final checkpoint."""
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+
+from dreamer import checkpoint
+from dreamer.metrics import read_metrics
 
 from tests.conftest import ROOT
 from tests.helpers import processes_tagged
@@ -15,21 +19,28 @@ from tests.helpers import processes_tagged
 def start_long_run(tag: str) -> subprocess.Popen:
     env = dict(os.environ, DREAMER_TEST_TAG=tag, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "train.py", "env=dmc_cartpole_balance", "collector.num_envs=2",
-         "collector.total_frames=10000000", "logger=none", f"hydra.run.dir=/tmp/dreamer-test-{tag}"],
+        [sys.executable, "train.py", "env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2",
+         "collector.total_frames=10000000", "learner.prefill_frames=200", "replay.batch_size=4",
+         "replay.batch_length=16", "eval.every=0", "logger=none", "logger.every=50",
+         f"hydra.run.dir={run_dir(tag)}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_for_collection(proc: subprocess.Popen, tag: str, timeout: float = 120) -> None:
-    """Until the workers and the server are up (4 tagged processes or more)."""
+def run_dir(tag: str) -> Path:
+    return Path(f"/tmp/dreamer-test-{tag}")
+
+
+def wait_for_learning(proc: subprocess.Popen, tag: str, timeout: float = 180) -> None:
+    """Until workers, server and learner are all busy (the metrics file shows updates)."""
     deadline = time.monotonic() + timeout
+    metrics = run_dir(tag) / "metrics.jsonl"
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
-        if len(processes_tagged(tag)) >= 4:
-            time.sleep(3)  # let the first batches flow
+        if len(processes_tagged(tag)) >= 4 and metrics.exists() and '"train/updates": ' in metrics.read_text() \
+                and any(row.get("train/updates", 0) > 0 for row in read_metrics(metrics)):
             return
         time.sleep(0.5)
-    pytest.fail("collection did not start")
+    pytest.fail("learning did not start")
 
 
 @pytest.mark.slow
@@ -38,7 +49,7 @@ def test_signal_stops_the_whole_process_tree(sig):
     tag = uuid.uuid4().hex
     proc = start_long_run(tag)
     try:
-        wait_for_collection(proc, tag)
+        wait_for_learning(proc, tag)
         proc.send_signal(sig)
         start = time.monotonic()
         proc.wait(timeout=10)
@@ -46,6 +57,8 @@ def test_signal_stops_the_whole_process_tree(sig):
             time.sleep(0.2)
         assert processes_tagged(tag) == [], f"processes left {time.monotonic() - start:.1f}s after {sig.name}"
         assert proc.returncode == 130
+        assert checkpoint.latest(run_dir(tag) / "checkpoints") is not None, "no final checkpoint"
+        assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] > 0
     finally:
         for leftover in processes_tagged(tag):
             leftover.kill()

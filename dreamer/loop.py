@@ -1,0 +1,372 @@
+"""The training loop: prefill, background collection, the learner at the train ratio, progress,
+metrics, evaluation, checkpoints and resume.
+
+The collector writes into replay from its own thread (workers and the inference server are
+processes). The main thread runs the learner so that replayed steps per env step stay at
+`learner.train_ratio` (DreamerV3's meaning: updates = env_steps x ratio / (batch_size x batch_length)):
+  * learner behind by more than one collector batch -> collection pauses until it catches up;
+  * learner ahead (nothing to do) -> it waits for env steps.
+Weights reach the inference server every `collector.policy_sync_every` updates. During prefill
+the served policy acts uniformly at random; the first weight push switches that off.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from collectors.collector import build_collector
+from collectors.envs import action_dim, env_factory, observation_dim
+from collectors.episodes import EpisodeTracker
+from collectors.replay import SequenceReplay
+from dreamer import checkpoint
+from dreamer.agent import ObsSpec, build_agent
+from dreamer.config import Config
+from dreamer.evaluate import Evaluator, _Primer
+from dreamer.learner import Learner
+from dreamer.metrics import MetricsLogger
+from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class Trainer:
+    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None):
+        self.config, self.run_dir = config, Path(run_dir)
+        env_cfg, rep = config.env, config.replay
+        torch.manual_seed(config.seed)
+        self.obs = ObsSpec.from_env(env_cfg.obs, env_cfg.image_size,
+                                    vector_dim=observation_dim(env_cfg.domain, env_cfg.task))
+        self.action_dim = action_dim(env_cfg.domain, env_cfg.task)
+        self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
+                                 resolve_device(config.learner.device))
+        self.learner = Learner(self.agent, config.learner)
+        self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
+        self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length)
+        self.tracker = EpisodeTracker()
+        self.frames_at_start = 0
+        self.nonfinite_in_row = 0
+        self.synced_at = 0  # learner updates at the last weight push
+        self.run_id = None
+        if resume is not None:
+            self.load_state_dict(resume)
+        self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
+        self.collector = None
+        self._paused = None
+
+    # -- counters ---------------------------------------------------------------------------
+    @property
+    def frames(self) -> int:
+        return self.frames_at_start + self.tracker.frames
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def target_updates(self, frames: int) -> int:
+        """Updates the train ratio allows after `frames` env steps (0 before prefill ends)."""
+        prefill = self.config.learner.prefill_frames
+        if frames < prefill or not self.replay.can_sample():
+            return 0
+        return 1 + int((frames - prefill) / self.steps_per_update)
+
+    # -- collection -------------------------------------------------------------------------
+    def start_collector(self) -> None:
+        cfg, col = self.config, self.config.collector
+        primer = _Primer(cfg.world_model, self.action_dim)
+        weights = {k: v.detach().cpu() for k, v in self.acting.state_dict().items()}
+        prefilling = self.frames < cfg.learner.prefill_frames
+        factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, explore=True,
+                                       device=resolve_device(col.device), state_dict=weights,
+                                       random_actions=prefilling)
+        # Replay keeps obs at t and the action; the learner takes obs[t+1] from the next record.
+        drop = tuple(("next", k) for k in self.obs.keys) + CARRY_KEYS + tuple(("next", k) for k in CARRY_KEYS)
+        self.collector = build_collector(
+            [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer)
+             for i in range(col.num_envs)],
+            factory,
+            frames_per_batch=col.frames_per_batch,
+            total_frames=col.total_frames - self.frames,
+            chunk_size=col.chunk_size(),
+            transport=col.transport,
+            static_batch_size=col.inference_static_batch_size,
+            policy_device=resolve_device(col.device),
+            replay=self.replay,
+            drop_keys=drop,
+            on_write=self.tracker,
+        )
+        self.collector.start()
+
+    def hold_collection(self, hold: bool) -> None:
+        """Pause (True) or resume (False) the collector; idempotent."""
+        if hold and self._paused is None and self.frames < self.config.collector.total_frames:
+            stack = contextlib.ExitStack()
+            stack.enter_context(self.collector.pause(timeout=60))
+            self._paused = stack
+        elif not hold and self._paused is not None:
+            self._paused.close()
+            self._paused = None
+
+    def check_collector(self) -> None:
+        thread = getattr(self.collector, "_replay_thread", None)
+        if thread is not None and not thread.is_alive() and self.frames < self.config.collector.total_frames:
+            self.collector.async_shutdown()  # re-raises the writer thread's error
+            raise RuntimeError("collection stopped before collector.total_frames")
+
+    def push_weights(self) -> None:
+        self.collector.update_policy_weights_(self.acting)
+        self.synced_at = self.updates
+
+    # -- learning ---------------------------------------------------------------------------
+    def update(self) -> dict[str, float]:
+        metrics = self.learner.step(self.replay.sample())
+        if all(math.isfinite(v) for v in metrics.values()):
+            self.nonfinite_in_row = 0
+        else:
+            self.nonfinite_in_row += 1
+            limit = self.config.learner.max_nonfinite_updates
+            if self.nonfinite_in_row >= limit:
+                raise NonFiniteLossError(f"{limit} non-finite updates in a row (learner.max_nonfinite_updates); "
+                                         f"last: {metrics}")
+        every = self.config.collector.policy_sync_every
+        if self.updates == 1 or self.updates - self.synced_at >= every:
+            self.push_weights()
+        return metrics
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self, with_replay: bool) -> dict:
+        return {
+            "loss": self.agent.loss.state_dict(),
+            "optimizer": self.agent.optimizer.state_dict(),
+            "frames": self.frames,
+            "updates": self.updates,
+            "rng": rng_state(),
+            "run_id": self.run_id,
+            "replay": [self.replay.stream(e) for e in range(self.replay.num_envs)] if with_replay else None,
+            "config": OmegaConf.to_container(OmegaConf.structured(self.config)),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.loss.load_state_dict(state["loss"])
+        self.agent.optimizer.load_state_dict(state["optimizer"])
+        self.learner.updates = self.synced_at = state["updates"]
+        self.frames_at_start = state["frames"]
+        self.run_id = state["run_id"]
+        if state["replay"] is not None:
+            if len(state["replay"]) != self.replay.num_envs:
+                raise ValueError(f"checkpoint replay has {len(state['replay'])} env streams; "
+                                 f"collector.num_envs={self.replay.num_envs}")
+            for env, stream in enumerate(state["replay"]):
+                if len(stream):
+                    self.replay.member(env).extend(stream)
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Path:
+        cfg = self.config.checkpoint
+        with_replay = cfg.replay and self.replay_bytes() <= cfg.replay_max_gb * 2**30
+        if cfg.replay and not with_replay:
+            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay",
+                        self.replay_bytes() / 2**30)
+        return checkpoint.save(self.run_dir / "checkpoints", self.frames, self.state_dict(with_replay), cfg.keep)
+
+    def replay_bytes(self) -> int:
+        total = 0
+        for env in range(self.replay.num_envs):
+            member = self.replay.member(env)
+            if len(member):
+                total += member.storage[:1].bytes() * len(member)
+        return total
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Progress:
+    """Progress bar plus the windowed rates and averages the logger needs."""
+
+    def __init__(self, total: int, initial: int, updates: int):
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+                        smoothing=0.1, mininterval=1.0)
+        self.shown = initial
+        self.window_start = (time.monotonic(), initial, updates)
+        self.losses: dict[str, list[float]] = {}
+        self.episodes: list[tuple[float, int]] = []
+        self.last_return: float | None = None
+
+    def add_losses(self, metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self.losses.setdefault(k, []).append(v)
+
+    def add_episodes(self, episodes: list[tuple[float, int]]) -> None:
+        self.episodes += episodes
+        if episodes:
+            self.last_return = episodes[-1][0]
+
+    def show(self, frames: int, updates: int) -> None:
+        self.bar.update(frames - self.shown)
+        self.shown = frames
+        elapsed = max(time.monotonic() - self.window_start[0], 1e-9)
+        post = {"upd": updates, "upd/s": f"{(updates - self.window_start[2]) / elapsed:.2f}"}
+        if self.last_return is not None:
+            post["return"] = f"{self.last_return:.1f}"
+        self.bar.set_postfix(post, refresh=False)
+
+    def window(self, frames: int, updates: int) -> dict[str, float]:
+        """Rates and means since the last call; starts a new window."""
+        now = time.monotonic()
+        t0, f0, u0 = self.window_start
+        elapsed = max(now - t0, 1e-9)
+        out = {"collect/env_steps_per_s": (frames - f0) / elapsed, "train/updates_per_s": (updates - u0) / elapsed}
+        out.update({f"train/{k}": float(np.mean(v)) for k, v in self.losses.items()})
+        if self.episodes:
+            out["episode/return"] = float(np.mean([r for r, _ in self.episodes]))
+            out["episode/length"] = float(np.mean([n for _, n in self.episodes]))
+            out["episode/count"] = len(self.episodes)
+        self.window_start, self.losses, self.episodes = (now, frames, updates), {}, []
+        return out
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def train(config: Config, run_dir: str | Path, metrics: MetricsLogger | None = None,
+          resume: dict | None = None) -> Trainer:
+    """Runs training to collector.total_frames. Ctrl-C/SIGTERM (KeyboardInterrupt) saves a final
+    checkpoint after the collector's processes are stopped, then re-raises."""
+    trainer = Trainer(config, run_dir, resume)
+    if metrics is not None and metrics.run_id is not None:
+        trainer.run_id = metrics.run_id
+    if trainer.frames >= config.collector.total_frames:
+        print(f"nothing to do: the checkpoint is at {trainer.frames} env steps >= collector.total_frames")
+        return trainer
+    _Loop(trainer, metrics).run()
+    return trainer
+
+
+class _Loop:
+    def __init__(self, trainer: Trainer, metrics: MetricsLogger | None):
+        self.t, self.metrics, self.cfg = trainer, metrics, trainer.config
+        frames = trainer.frames
+        self.next_log = _next_multiple(frames, self.cfg.logger.every)
+        self.next_eval = _next_multiple(frames, self.cfg.eval.every) if self.cfg.eval.every else math.inf
+        self.next_ckpt = _next_multiple(frames, self.cfg.checkpoint.every) if self.cfg.checkpoint.every else math.inf
+        self.evaluator = None
+        self.writer_cpu = (trainer.tracker.writer_cpu, frames)
+
+    def run(self) -> None:
+        t, total = self.t, self.cfg.collector.total_frames
+        lag_allowed = max(1, int(self.cfg.collector.frames_per_batch / t.steps_per_update))
+        progress = Progress(total, t.frames, t.updates)
+        finished = False
+        try:
+            t.start_collector()
+            while True:
+                t.check_collector()
+                frames = t.frames
+                target = t.target_updates(frames)
+                if t.updates < target:
+                    t.hold_collection(target - t.updates > lag_allowed)
+                    progress.add_losses(t.update())
+                else:
+                    t.hold_collection(False)
+                    if frames >= total:
+                        break
+                    time.sleep(0.005)
+                progress.add_episodes(t.tracker.pop_finished())
+                progress.show(frames, t.updates)
+                self.periodic(frames, progress)
+            finished = True
+        finally:
+            progress.close()
+            t.hold_collection(False)
+            t.collector.shutdown(raise_on_error=False) if t.collector is not None else None
+            if not finished and self.evaluator is not None:
+                self.evaluator.close()
+            if t.updates > 0 or finished:
+                tqdm.write(f"checkpoint: {t.save_checkpoint()}")
+        self.log(t.frames, progress)
+        if self.cfg.eval.every:
+            self.evaluate(t.frames)  # final evaluation, with the workers gone
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+    def periodic(self, frames: int, progress: Progress) -> None:
+        if frames >= self.next_log:
+            self.log(frames, progress)
+            self.next_log = _next_multiple(frames, self.cfg.logger.every)
+        if frames >= self.next_eval and self.t.updates > 0:
+            self.evaluate(frames)
+            self.next_eval = _next_multiple(frames, self.cfg.eval.every)
+        if frames >= self.next_ckpt and self.t.updates > 0:
+            with self.paused():
+                self.t.save_checkpoint()
+            self.next_ckpt = _next_multiple(frames, self.cfg.checkpoint.every)
+
+    @contextlib.contextmanager
+    def paused(self):
+        held = self.t._paused is not None
+        self.t.hold_collection(True)
+        try:
+            yield
+        finally:
+            if not held:
+                self.t.hold_collection(False)
+
+    def log(self, frames: int, progress: Progress) -> None:
+        t = self.t
+        values = progress.window(frames, t.updates)
+        cpu, f0 = self.writer_cpu
+        now_cpu = t.tracker.writer_cpu
+        if frames > f0:
+            values["collect/driver_cpu_ms_per_step"] = 1000 * (now_cpu - cpu) / (frames - f0)
+        self.writer_cpu = (now_cpu, frames)
+        values.update({"replay/size": len(t.replay), "train/updates": t.updates,
+                       "policy/lag_updates": t.updates - t.synced_at})
+        if self.metrics is not None:
+            self.metrics.log(frames, values)
+
+    def evaluate(self, frames: int) -> None:
+        cfg = self.cfg
+        if self.evaluator is None:
+            self.evaluator = Evaluator(self.t.agent, cfg.env, cfg.world_model, seed=cfg.seed + 1_000_000,
+                                       video=cfg.eval.video)
+        result = self.evaluator.run(cfg.eval.episodes, self.t.run_dir / "videos", tag=f"{frames:09d}")
+        tqdm.write(f"eval at {frames} env steps: return {result.mean_return:.1f} over {len(result.returns)} episode(s)")
+        if self.metrics is not None:
+            self.metrics.log(frames, {"eval/return": result.mean_return,
+                                      "eval/length": float(np.mean(result.lengths))})
+            self.metrics.log_videos(frames, result.videos)
+
+
+def _next_multiple(value: int, every: int) -> int:
+    return (value // every + 1) * every

@@ -1,0 +1,79 @@
+"""The training loop's parts without processes: train-ratio arithmetic, episode tracking, exact resume."""
+import pytest
+import torch
+from tensordict import TensorDict
+
+from collectors.episodes import EpisodeTracker
+from collectors.replay import ENV_INDEX
+from dreamer import checkpoint
+from dreamer.loop import Trainer
+from tests.test_config import composed
+from dreamer.config import validate
+
+SMALL = ("env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2", "replay.batch_size=4",
+         "replay.batch_length=8", "learner.prefill_frames=100", "learner.train_ratio=16", "logger=none")
+
+
+def transitions(env: int, start: int, steps: int, obs_dim: int = 5, done_at: int | None = None) -> TensorDict:
+    """`steps` consecutive transitions of one env in the collector's format."""
+    g = torch.Generator().manual_seed(env * 1000 + start)
+    done = torch.zeros(steps, 1, dtype=torch.bool)
+    if done_at is not None:
+        done[done_at] = True
+    is_init = torch.zeros(steps, 1, dtype=torch.bool)
+    is_init[0] = start == 0
+    return TensorDict({
+        ENV_INDEX: torch.full((steps,), env), "observation": torch.randn(steps, obs_dim, generator=g),
+        "action": torch.rand(steps, 1, generator=g) * 2 - 1, "is_init": is_init,
+        "next": {"reward": torch.rand(steps, 1, generator=g), "done": done, "terminated": torch.zeros_like(done)},
+    }, [steps])
+
+
+def test_episode_tracker_sums_returns_per_env_across_chunks():
+    tracker = EpisodeTracker()
+    a, b = transitions(0, 0, 6, done_at=5), transitions(1, 0, 4)
+    tracker(torch.cat([a[:3], b]))  # interleaved chunks of two envs
+    tracker(a[3:])
+    assert tracker.frames == 10 and tracker.episodes == 1
+    (ret, length), = tracker.pop_finished()
+    assert length == 6 and ret == pytest.approx(float(a["next", "reward"].sum()))
+    assert tracker.pop_finished() == []
+
+
+def test_train_ratio_sets_the_number_of_updates(tmp_path):
+    trainer = Trainer(validate(composed(*SMALL)), tmp_path)
+    for env in range(2):
+        trainer.replay.member(env).extend(transitions(env, 0, 50))
+    # batch 4 x 8 = 32 replayed steps per update; ratio 16 -> one update per 2 env steps after prefill
+    assert trainer.steps_per_update == 2
+    assert trainer.target_updates(99) == 0
+    assert trainer.target_updates(100) == 1
+    assert trainer.target_updates(120) == 11
+
+
+def test_resumed_learner_makes_the_same_update(tmp_path):
+    """Save after a few updates, restore into a fresh Trainer: the next update on the same sample
+    (same RNG draw) gives the same losses and the same parameters as the uninterrupted one."""
+    config = validate(composed(*SMALL))
+    original = Trainer(config, tmp_path)
+    for env in range(2):
+        original.replay.member(env).extend(transitions(env, 0, 40))
+    for _ in range(3):
+        original.learner.step(original.replay.sample())
+    path = original.save_checkpoint()  # through the file, as a resumed run reads it
+    batch = original.replay.sample()
+
+    torch.manual_seed(123)
+    expected = original.learner.step(batch)
+    torch.manual_seed(999)  # a different process state before building the resumed trainer
+    resumed = Trainer(config, tmp_path, resume=checkpoint.load(path))
+    assert resumed.updates == 3 and resumed.frames == 0
+    for env in range(2):
+        assert (resumed.replay.stream(env) == original.replay.stream(env)).all()
+    torch.manual_seed(123)
+    got = resumed.learner.step(batch)
+    assert got == expected
+    for (name, p), q in zip(original.agent.loss.named_parameters(), resumed.agent.loss.parameters()):
+        assert torch.equal(p, q), name
+    for (name, b), c in zip(original.agent.loss.named_buffers(), resumed.agent.loss.buffers()):
+        assert torch.equal(b, c), name

@@ -1,0 +1,74 @@
+"""`python train.py` end to end, as users run it: train, log, evaluate, checkpoint, resume."""
+import json
+import uuid
+
+import pytest
+
+from dreamer.metrics import read_metrics
+from tests.conftest import run_train
+from tests.helpers import processes_tagged
+
+# Short episodes (action repeat 8: 125 steps) so a short run finishes several of them.
+RUN = ("env=dmc_cartpole_balance", "env.action_repeat=8", "world_model=tiny", "collector.num_envs=2",
+       "collector.transition_chunk_size=16", "replay.batch_size=4", "replay.batch_length=16",
+       "learner.prefill_frames=300", "learner.train_ratio=16", "logger.every=100",
+       "eval.every=400", "checkpoint.every=300")
+UPDATES_AT = {600: 1 + 300 * 16 // 64, 800: 1 + 500 * 16 // 64}  # 1 + (frames - prefill) x ratio / (B x T)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("train") / "run"
+    tag = uuid.uuid4().hex
+    proc = run_train(*RUN, "collector.total_frames=600", f"hydra.run.dir={run_dir}",
+                     env_extra={"DREAMER_TEST_TAG": tag}, timeout=400)
+    return proc, run_dir, tag
+
+
+@pytest.mark.slow
+def test_training_run_logs_evaluates_checkpoints_and_leaves_no_process(first_run):
+    proc, run_dir, tag = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert processes_tagged(tag) == [], "worker processes outlived train.py"
+    assert f"trained to 600 env steps ({UPDATES_AT[600]} updates)" in proc.stdout
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    train_rows = [r for r in rows if "train/loss_model_reco" in r]
+    assert train_rows and all(r["train/loss_model_reco"] > 0 for r in train_rows)
+    assert any("episode/return" in r for r in rows), "no finished episode was logged"
+    assert max(r.get("train/updates", 0) for r in rows) == UPDATES_AT[600]
+    assert all(r["collect/env_steps_per_s"] >= 0 for r in rows if "collect/env_steps_per_s" in r)
+    evals = [r for r in rows if "eval/return" in r]
+    assert [r["step"] for r in evals][-1] == 600 and len(evals) >= 2  # periodic and final
+    videos = [r["eval/video"] for r in rows if "eval/video" in r]
+    assert videos and (run_dir / "videos").is_dir() and all(open(v, "rb").read(12)[4:8] == b"ftyp" for v in videos)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt"))
+    assert checkpoints[-1] == "step_000000000600.pt"
+    assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run in the run dir"
+
+
+@pytest.mark.slow
+def test_resume_continues_counters_replay_and_wandb_run(first_run, tmp_path):
+    proc, first_dir, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "resumed"
+    resumed = run_train(*RUN, "collector.total_frames=800", f"resume={first_dir / 'checkpoints'}",
+                        f"hydra.run.dir={run_dir}", timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming at 600 env steps, {UPDATES_AT[600]} updates" in resumed.stdout
+    assert f"trained to 800 env steps ({UPDATES_AT[800]} updates)" in resumed.stdout
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert min(r["step"] for r in rows) > 600
+    assert rows[0]["replay/size"] > 600  # the checkpoint's replay came back
+    first_id = next((first_dir / "wandb").glob("offline-run-*")).name.rsplit("-", 1)[1]
+    resumed_id = next((run_dir / "wandb").glob("offline-run-*")).name.rsplit("-", 1)[1]
+    assert resumed_id == first_id
+
+
+@pytest.mark.slow
+def test_resume_with_another_model_size_fails_naming_the_key(first_run, tmp_path):
+    proc, first_dir, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bad = run_train(*RUN, "world_model=xs", f"resume={first_dir / 'checkpoints'}",
+                    f"hydra.run.dir={tmp_path / 'bad'}", timeout=120)
+    assert bad.returncode == 2
+    assert "world_model.size" in bad.stderr
