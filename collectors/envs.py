@@ -142,10 +142,11 @@ def make_dmc_env(
     return TransformedEnv(base, Compose(*transforms))
 
 
-def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None):
+def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
+                fast_visuals: bool | None = None):
     """A picklable zero-argument factory, as the collector's worker processes need.
 
-    `obs` overrides env_cfg.obs (evaluation renders pixels for videos of proprio runs).
+    `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of proprio runs).
     """
     return functools.partial(
         make_dmc_env,
@@ -155,7 +156,7 @@ def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None
         image_size=env_cfg.image_size,
         action_repeat=env_cfg.action_repeat,
         camera=env_cfg.camera,
-        fast_visuals=env_cfg.fast_visuals,
+        fast_visuals=env_cfg.fast_visuals if fast_visuals is None else fast_visuals,
         seed=seed,
         extra_transform=extra_transform,
     )

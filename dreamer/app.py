@@ -1,7 +1,6 @@
 """Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from dreamer import checkpoint
 from dreamer.config import Config, ConfigError, validate
 from dreamer.loop import train
 from dreamer.metrics import MetricsLogger
+from dreamer.stop import StopRequest
 
 # Sections a checkpoint's networks and replay depend on: resuming with other values cannot work.
 MUST_MATCH_ON_RESUME = ("env", "world_model")
@@ -26,15 +26,15 @@ def run(cfg: DictConfig) -> None:
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: workers stop, a final checkpoint is written.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
+    stop = StopRequest().install()
     run_dir = HydraConfig.get().runtime.output_dir
     metrics = make_logger(config, run_dir, run_id=state["run_id"] if state else None)
     wandb_offline = config.logger.mode == "offline" and metrics.run_id is not None
     describe(config, state)
     start = time.monotonic()
     try:
-        trainer = train(config, run_dir, metrics, resume=state)
+        trainer = train(config, run_dir, metrics, resume=state, stop=stop)
     except KeyboardInterrupt:
         print("interrupted: workers stopped", file=sys.stderr)
         sys.exit(130)
@@ -45,10 +45,6 @@ def run(cfg: DictConfig) -> None:
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
                                                          if wandb_offline else "")
     print(f"run dir: {run_dir} ({outputs})")
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def load_resume_state(config: Config) -> dict | None:

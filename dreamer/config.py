@@ -145,6 +145,7 @@ class LearnerConfig:
     actor_lr: float = 3e-5
     critic_lr: float = 3e-5
     adam_eps: float = 1e-8
+    lr_warmup_steps: int = 1000  # updates of linear learning-rate warm-up (DreamerV3 reference)
     model_grad_clip: float = 1000.0
     actor_grad_clip: float = 100.0
     critic_grad_clip: float = 100.0
@@ -161,6 +162,7 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         _check(self.train_ratio > 0, "learner.train_ratio", f"must be > 0 (got {self.train_ratio})")
         _check(self.prefill_frames >= 0, "learner.prefill_frames", f"must be >= 0 (got {self.prefill_frames})")
+        _check(self.lr_warmup_steps >= 0, "learner.lr_warmup_steps", f"must be >= 0 (got {self.lr_warmup_steps})")
         for name in ("model_lr", "actor_lr", "critic_lr"):
             _check(getattr(self, name) > 0, f"learner.{name}", f"must be > 0 (got {getattr(self, name)})")
         _check(self.imagination_horizon >= 1, "learner.imagination_horizon",

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
 from dreamer.agent import DreamerAgent
@@ -33,25 +34,39 @@ class EvalResult:
 
 
 class Evaluator:
-    def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool):
+    def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None):
         self.agent, self.video = agent, video
-        obs = "both" if video and env_cfg.obs == "proprio" else env_cfg.obs
+        self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
         primer = _Primer(wm_cfg, agent.action_dim)
-        self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs=obs)()
+        if video and env_cfg.obs == "proprio":  # render only for the video: the fast visuals will do
+            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
+        else:
+            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer)()
         self.policy = build_acting_policy(agent.nets, explore=False)
         self.max_steps = int(1000 / env_cfg.action_repeat) + 1  # DMC episodes: 1000 physics steps
 
     def run(self, episodes: int, video_dir: Path | None = None, tag: str = "") -> EvalResult:
         result = EvalResult([], [])
         for episode in range(episodes):
-            with torch.no_grad():
-                traj = self.env.rollout(self.max_steps, self.policy, auto_cast_to_device=True,
-                                        break_when_any_done=True)
+            traj = self._episode()
             result.returns.append(float(traj["next", "reward"].sum()))
             result.lengths.append(traj.shape[0])
             if episode == 0 and self.video and video_dir is not None:
                 result.videos.update(self._videos(traj, Path(video_dir), tag))
         return result
+
+    @torch.no_grad()
+    def _episode(self) -> TensorDictBase:
+        steps, td = [], self.env.reset()
+        for _ in range(self.max_steps):
+            if self.stop is not None:
+                self.stop.check()
+            td = self.env.step(self.policy(td.to(self.agent.device)).to("cpu"))
+            steps.append(td)
+            if td["next", "done"].any():
+                break
+            td = step_mdp(td)
+        return torch.stack(steps)
 
     def _videos(self, traj: TensorDictBase, video_dir: Path, tag: str) -> dict[str, Path]:
         video_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ metrics, evaluation, checkpoints and resume.
 The collector writes into replay from its own thread (workers and the inference server are
 processes). The main thread runs the learner so that replayed steps per env step stay at
 `learner.train_ratio` (DreamerV3's meaning: updates = env_steps x ratio / (batch_size x batch_length)):
-  * learner behind by more than one collector batch -> collection pauses until it catches up;
+  * learner behind by more than one collector batch -> collection pauses until it has caught up;
   * learner ahead (nothing to do) -> it waits for env steps.
 Weights reach the inference server every `collector.policy_sync_every` updates. During prefill
 the served policy acts uniformly at random; the first weight push switches that off.
@@ -34,6 +34,7 @@ from dreamer.evaluate import Evaluator, _Primer
 from dreamer.learner import Learner
 from dreamer.metrics import MetricsLogger
 from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy
+from dreamer.stop import StopRequest, children_ignore_ctrl_c
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ class Trainer:
                                     vector_dim=observation_dim(env_cfg.domain, env_cfg.task))
         self.action_dim = action_dim(env_cfg.domain, env_cfg.task)
         self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
-                                 resolve_device(config.learner.device))
+                                 resolve_device(config.learner.device),
+                                 lr_warmup_steps=config.learner.lr_warmup_steps)
         self.learner = Learner(self.agent, config.learner)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
         self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length)
@@ -113,7 +115,8 @@ class Trainer:
             drop_keys=drop,
             on_write=self.tracker,
         )
-        self.collector.start()
+        with children_ignore_ctrl_c():  # the server and workers start here
+            self.collector.start()
 
     def hold_collection(self, hold: bool) -> None:
         """Pause (True) or resume (False) the collector; idempotent."""
@@ -260,27 +263,29 @@ class Progress:
 
 
 def train(config: Config, run_dir: str | Path, metrics: MetricsLogger | None = None,
-          resume: dict | None = None) -> Trainer:
-    """Runs training to collector.total_frames. Ctrl-C/SIGTERM (KeyboardInterrupt) saves a final
-    checkpoint after the collector's processes are stopped, then re-raises."""
+          resume: dict | None = None, stop: StopRequest | None = None) -> Trainer:
+    """Runs training to collector.total_frames. On a stop request (Ctrl-C/SIGTERM, see
+    dreamer/stop.py) the collector's processes are stopped, a final checkpoint is written and
+    KeyboardInterrupt propagates."""
     trainer = Trainer(config, run_dir, resume)
     if metrics is not None and metrics.run_id is not None:
         trainer.run_id = metrics.run_id
     if trainer.frames >= config.collector.total_frames:
         print(f"nothing to do: the checkpoint is at {trainer.frames} env steps >= collector.total_frames")
         return trainer
-    _Loop(trainer, metrics).run()
+    _Loop(trainer, metrics, stop or StopRequest()).run()
     return trainer
 
 
 class _Loop:
-    def __init__(self, trainer: Trainer, metrics: MetricsLogger | None):
-        self.t, self.metrics, self.cfg = trainer, metrics, trainer.config
+    def __init__(self, trainer: Trainer, metrics: MetricsLogger | None, stop: StopRequest):
+        self.t, self.metrics, self.cfg, self.stop = trainer, metrics, trainer.config, stop
         frames = trainer.frames
         self.next_log = _next_multiple(frames, self.cfg.logger.every)
         self.next_eval = _next_multiple(frames, self.cfg.eval.every) if self.cfg.eval.every else math.inf
         self.next_ckpt = _next_multiple(frames, self.cfg.checkpoint.every) if self.cfg.checkpoint.every else math.inf
         self.evaluator = None
+        self.last_eval = None
         self.writer_cpu = (trainer.tracker.writer_cpu, frames)
 
     def run(self) -> None:
@@ -291,11 +296,13 @@ class _Loop:
         try:
             t.start_collector()
             while True:
+                self.stop.check()
                 t.check_collector()
                 frames = t.frames
                 target = t.target_updates(frames)
                 if t.updates < target:
-                    t.hold_collection(target - t.updates > lag_allowed)
+                    if target - t.updates > lag_allowed:
+                        t.hold_collection(True)  # until caught up: pausing costs a worker round trip
                     progress.add_losses(t.update())
                 else:
                     t.hold_collection(False)
@@ -315,7 +322,7 @@ class _Loop:
             if t.updates > 0 or finished:
                 tqdm.write(f"checkpoint: {t.save_checkpoint()}")
         self.log(t.frames, progress)
-        if self.cfg.eval.every:
+        if self.cfg.eval.every and self.last_eval != t.frames:
             self.evaluate(t.frames)  # final evaluation, with the workers gone
         if self.evaluator is not None:
             self.evaluator.close()
@@ -359,7 +366,8 @@ class _Loop:
         cfg = self.cfg
         if self.evaluator is None:
             self.evaluator = Evaluator(self.t.agent, cfg.env, cfg.world_model, seed=cfg.seed + 1_000_000,
-                                       video=cfg.eval.video)
+                                       video=cfg.eval.video, stop=self.stop)
+        self.last_eval = frames
         result = self.evaluator.run(cfg.eval.episodes, self.t.run_dir / "videos", tag=f"{frames:09d}")
         tqdm.write(f"eval at {frames} env steps: return {result.mean_return:.1f} over {len(result.returns)} episode(s)")
         if self.metrics is not None:

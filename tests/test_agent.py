@@ -146,6 +146,24 @@ def test_policy_keeps_per_env_state_and_resets():
     assert torch.allclose(c_o["belief"][0], c_g["belief"][0])
 
 
+def test_static_batch_padding_leaves_real_rows_unchanged():
+    """torchrl's server pads a ready batch to `static_batch_size` by repeating the last request
+    (CUDA only, so on CPU we pad the same way by hand): the real rows' outputs must equal the
+    unpadded call's, carry included. The posterior draw is seeded and drawn first, so it matches."""
+    policy = DreamerPolicyFactory(TINY, PIXELS, 6, explore=False)()
+    n, static = 3, 8
+    td = TensorDict({"pixels": torch.randint(0, 256, (n, 3, 64, 64), dtype=torch.uint8),
+                     "is_init": torch.tensor([[True], [False], [False]]),
+                     **_carry(n, (64, 64), 6, value=0.3)}, [n])
+    padded = td[torch.arange(static).clamp_max(n - 1)]
+    torch.manual_seed(0)
+    plain = policy(td.clone())
+    torch.manual_seed(0)
+    out = policy(padded)[:n]
+    for key in ("action", ("next", "state"), ("next", "belief"), ("next", "previous_action")):
+        assert torch.allclose(out[key], plain[key], atol=1e-6), key
+
+
 def test_policy_explore_samples_and_primer():
     policy = DreamerPolicyFactory(TINY, PROPRIO, 1, explore=True)()
     td = TensorDict({"observation": torch.randn(4, 5), "is_init": torch.ones(4, 1, dtype=torch.bool),

@@ -26,8 +26,6 @@ def test_defaults_compose_and_validate():
 
 @pytest.mark.parametrize("preset", ["quick", "dmc_vision", "seed_pixel_64env"])
 def test_experiment_presets_compose(preset):
-    if not (ROOT / "conf" / "experiment" / f"{preset}.yaml").exists():
-        pytest.skip(f"experiment/{preset} not written yet")
     cfg = composed(f"experiment={preset}")
     assert cfg.collector.num_envs >= 1
 

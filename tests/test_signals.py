@@ -23,7 +23,8 @@ def start_long_run(tag: str) -> subprocess.Popen:
          "collector.total_frames=10000000", "learner.prefill_frames=200", "replay.batch_size=4",
          "replay.batch_length=16", "eval.every=0", "logger=none", "logger.every=50",
          f"hydra.run.dir={run_dir(tag)}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)  # its own process group, as a shell job in a terminal
 
 
 def run_dir(tag: str) -> Path:
@@ -50,7 +51,10 @@ def test_signal_stops_the_whole_process_tree(sig):
     proc = start_long_run(tag)
     try:
         wait_for_learning(proc, tag)
-        proc.send_signal(sig)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
+        else:
+            proc.send_signal(sig)  # a scheduler's or `kill`'s SIGTERM: the main process only
         start = time.monotonic()
         proc.wait(timeout=10)
         while processes_tagged(tag) and time.monotonic() - start < 10:

@@ -1,0 +1,36 @@
+"""Evaluation episodes and videos on a pixel task (tiny model, short episodes)."""
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+from dreamer.agent import ObsSpec, build_agent
+from dreamer.evaluate import Evaluator, open_loop_frames
+from dreamer.config import LearnerConfig
+from tests.test_agent import TINY
+
+ENV = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
+                            action_repeat=8, camera=None, fast_visuals=True))
+
+
+def test_eval_episode_writes_episode_and_open_loop_videos(tmp_path):
+    agent = build_agent(TINY, LearnerConfig(), ObsSpec(), action_dim=1)
+    evaluator = Evaluator(agent, ENV, TINY, seed=0, video=True)
+    try:
+        result = evaluator.run(episodes=2, video_dir=tmp_path, tag="000000100")
+    finally:
+        evaluator.close()
+    assert result.lengths == [125, 125]  # 1000 physics steps / action repeat 8
+    assert all(0 <= r <= 125 * 8 for r in result.returns)
+    assert set(result.videos) == {"eval/video", "eval/open_loop"}
+    for path in result.videos.values():
+        assert path.read_bytes()[4:8] == b"ftyp" and path.stat().st_size > 1000
+
+
+def test_open_loop_frames_show_real_predicted_and_error_side_by_side():
+    agent = build_agent(TINY, LearnerConfig(), ObsSpec(), action_dim=1)
+    steps = 12
+    td = TensorDict({"action": torch.rand(steps, 1) * 2 - 1,
+                     "next": {"pixels": torch.randint(0, 256, (steps, 3, 64, 64), dtype=torch.uint8)}}, [steps])
+    frames = open_loop_frames(agent, td, context=5, steps=50)
+    assert frames.shape == (steps, 3, 64, 192) and frames.dtype == torch.uint8
+    assert torch.equal(frames[..., :64], td["next", "pixels"])  # left third: the real frames
