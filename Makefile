@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train test test-fast bench-collector bench-learner clean
+.PHONY: install train test test-fast test-compile bench-collector bench-learner clean
 
 install: $(STAMP)
 
@@ -26,7 +26,10 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not compile" $(PYTEST_ARGS)
+
+test-compile: install   # torch.compile on CPU: ~10 minutes, not part of make test
+	$(PY) -m pytest -m compile tests/test_agent.py
 
 bench-collector: install
 	$(PY) -m collectors.bench $(ARGS)

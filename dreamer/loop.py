@@ -72,6 +72,7 @@ class Trainer:
             self.load_state_dict(resume)
         self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
         self.collector = None
+        self.collector_stopped = False
         self._paused = None
 
     # -- counters ---------------------------------------------------------------------------
@@ -134,8 +135,16 @@ class Trainer:
             self.collector.async_shutdown()  # re-raises the writer thread's error
             raise RuntimeError("collection stopped before collector.total_frames")
 
+    def stop_collector(self) -> None:
+        """Stop workers and server (idempotent): once the budget is met they only cost CPU."""
+        if self.collector is not None and not self.collector_stopped:
+            self.hold_collection(False)
+            self.collector.shutdown(raise_on_error=False)
+            self.collector_stopped = True
+
     def push_weights(self) -> None:
-        self.collector.update_policy_weights_(self.acting)
+        if not self.collector_stopped:
+            self.collector.update_policy_weights_(self.acting)
         self.synced_at = self.updates
 
     # -- learning ---------------------------------------------------------------------------
@@ -299,6 +308,8 @@ class _Loop:
                 self.stop.check()
                 t.check_collector()
                 frames = t.frames
+                if frames >= total:
+                    t.stop_collector()
                 target = t.target_updates(frames)
                 if t.updates < target:
                     if target - t.updates > lag_allowed:
@@ -315,8 +326,7 @@ class _Loop:
             finished = True
         finally:
             progress.close()
-            t.hold_collection(False)
-            t.collector.shutdown(raise_on_error=False) if t.collector is not None else None
+            t.stop_collector()
             if not finished and self.evaluator is not None:
                 self.evaluator.close()
             if t.updates > 0 or finished:
@@ -332,7 +342,8 @@ class _Loop:
             self.log(frames, progress)
             self.next_log = _next_multiple(frames, self.cfg.logger.every)
         if frames >= self.next_eval and self.t.updates > 0:
-            self.evaluate(frames)
+            with self.paused():  # else collection races past the train ratio while we evaluate
+                self.evaluate(frames)
             self.next_eval = _next_multiple(frames, self.cfg.eval.every)
         if frames >= self.next_ckpt and self.t.updates > 0:
             with self.paused():
