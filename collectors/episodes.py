@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 
 from tensordict import TensorDictBase
 
@@ -15,10 +14,9 @@ from collectors.replay import ENV_INDEX
 
 
 class EpisodeTracker:
-    def __init__(self, history: int = 100):
+    def __init__(self):
         self._lock = threading.Lock()
         self._running: dict[int, list[float]] = {}  # env -> [return, length]
-        self._finished: deque[tuple[float, int]] = deque(maxlen=history)
         self._new: list[tuple[float, int]] = []
         self.frames = 0  # transitions written since this tracker was made
         self.episodes = 0
@@ -37,7 +35,6 @@ class EpisodeTracker:
                 ret[0] += reward
                 ret[1] += 1
                 if done:
-                    self._finished.append((ret[0], ret[1]))
                     self._new.append((ret[0], ret[1]))
                     self.episodes += 1
                     self._running[env] = [0.0, 0]
@@ -47,8 +44,3 @@ class EpisodeTracker:
         with self._lock:
             new, self._new = self._new, []
         return new
-
-    def last_return(self) -> float | None:
-        with self._lock:
-            return self._finished[-1][0] if self._finished else None
-

@@ -70,9 +70,11 @@ class SequenceReplay:
     def member(self, env: int) -> TensorDictReplayBuffer:
         return self.buffer._rbs[env]
 
-    def stream(self, env: int) -> TensorDictBase:
-        """Everything stored for one env, oldest first (for inspection and tests)."""
+    def stream(self, env: int) -> TensorDictBase | None:
+        """Everything stored for one env, oldest first (checkpoints, tests); None if it holds nothing."""
         member = self.member(env)
+        if len(member) == 0:  # the lazy storage has no layout before the first write
+            return None
         data = member.storage[: len(member)]
         if len(member) == member.storage.max_size:  # the ring wrapped: oldest follows the last write
             last = int(torch.as_tensor(member.storage._last_cursor).reshape(-1)[-1])

@@ -52,11 +52,14 @@ def load_resume_state(config: Config) -> dict | None:
         return None
     state = checkpoint.load(config.checkpoint.resume)
     now = OmegaConf.to_container(OmegaConf.structured(config))
-    for section in MUST_MATCH_ON_RESUME:
-        for key, value in state["config"][section].items():
-            if now[section].get(key) != value:
-                raise ConfigError(f"{section}.{key}", f"the checkpoint was trained with {value!r}, this run has "
-                                  f"{now[section].get(key)!r}; resume with the same value")
+    keys = [(section, key) for section in MUST_MATCH_ON_RESUME for key in state["config"][section]]
+    if state["replay"] is not None:  # one replay stream per env
+        keys.append(("collector", "num_envs"))
+    for section, key in keys:
+        saved, current = state["config"][section][key], now[section].get(key)
+        if current != saved:
+            raise ConfigError(f"{section}.{key}", f"the checkpoint was trained with {saved!r}, this run has "
+                              f"{current!r}; resume with the same value")
     return state
 
 

@@ -226,6 +226,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _check(self.every >= 0, "checkpoint.every", f"must be >= 0 (got {self.every})")
         _check(self.keep >= 1, "checkpoint.keep", f"must be >= 1 (got {self.keep})")
+        _check(self.replay_max_gb >= 0, "checkpoint.replay_max_gb", f"must be >= 0 (got {self.replay_max_gb})")
         if self.resume is not None:
             _check(os.path.exists(self.resume), "checkpoint.resume", f"no such file or directory: {self.resume}")
 

@@ -16,7 +16,7 @@ from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
 from dreamer.agent import DreamerAgent
-from dreamer.policy import build_acting_policy, make_primer
+from dreamer.policy import build_acting_policy, primer_factory
 
 OPEN_LOOP_CONTEXT = 5  # observed frames before the model imagines on its own (paper figure: 5)
 OPEN_LOOP_STEPS = 50
@@ -37,7 +37,7 @@ class Evaluator:
     def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None):
         self.agent, self.video = agent, video
         self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
-        primer = _Primer(wm_cfg, agent.action_dim)
+        primer = primer_factory(wm_cfg, agent.action_dim)
         if video and env_cfg.obs == "proprio":  # render only for the video: the fast visuals will do
             self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
         else:
@@ -79,16 +79,6 @@ class Evaluator:
 
     def close(self) -> None:
         self.env.close()
-
-
-class _Primer:
-    """Picklable zero-arg primer factory (same carry as the collector's envs)."""
-
-    def __init__(self, wm_cfg, action_dim: int):
-        self.wm_cfg, self.action_dim = wm_cfg, action_dim
-
-    def __call__(self):
-        return make_primer(self.wm_cfg, self.action_dim)
 
 
 @torch.no_grad()

@@ -30,10 +30,10 @@ from collectors.replay import SequenceReplay
 from dreamer import checkpoint
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
-from dreamer.evaluate import Evaluator, _Primer
+from dreamer.evaluate import Evaluator
 from dreamer.learner import Learner
 from dreamer.metrics import MetricsLogger
-from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy
+from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy, primer_factory
 from dreamer.stop import StopRequest, children_ignore_ctrl_c
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Trainer:
     # -- collection -------------------------------------------------------------------------
     def start_collector(self) -> None:
         cfg, col = self.config, self.config.collector
-        primer = _Primer(cfg.world_model, self.action_dim)
+        primer = primer_factory(cfg.world_model, self.action_dim)
         weights = {k: v.detach().cpu() for k, v in self.acting.state_dict().items()}
         prefilling = self.frames < cfg.learner.prefill_frames
         factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, explore=True,
@@ -128,6 +128,17 @@ class Trainer:
         elif not hold and self._paused is not None:
             self._paused.close()
             self._paused = None
+
+    @contextlib.contextmanager
+    def collection_paused(self):
+        """Collection paused inside (as it was, after): for evaluation and checkpoints."""
+        held = self._paused is not None
+        self.hold_collection(True)
+        try:
+            yield
+        finally:
+            if not held:
+                self.hold_collection(False)
 
     def check_collector(self) -> None:
         thread = getattr(self.collector, "_replay_thread", None)
@@ -183,20 +194,17 @@ class Trainer:
         self.frames_at_start = state["frames"]
         self.run_id = state["run_id"]
         if state["replay"] is not None:
-            if len(state["replay"]) != self.replay.num_envs:
-                raise ValueError(f"checkpoint replay has {len(state['replay'])} env streams; "
-                                 f"collector.num_envs={self.replay.num_envs}")
             for env, stream in enumerate(state["replay"]):
-                if len(stream):
+                if stream is not None:
                     self.replay.member(env).extend(stream)
         set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> Path:
         cfg = self.config.checkpoint
-        with_replay = cfg.replay and self.replay_bytes() <= cfg.replay_max_gb * 2**30
+        replay_gib = self.replay_bytes() / 2**30 if cfg.replay else 0.0
+        with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb
         if cfg.replay and not with_replay:
-            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay",
-                        self.replay_bytes() / 2**30)
+            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay", replay_gib)
         return checkpoint.save(self.run_dir / "checkpoints", self.frames, self.state_dict(with_replay), cfg.keep)
 
     def replay_bytes(self) -> int:
@@ -342,23 +350,13 @@ class _Loop:
             self.log(frames, progress)
             self.next_log = _next_multiple(frames, self.cfg.logger.every)
         if frames >= self.next_eval and self.t.updates > 0:
-            with self.paused():  # else collection races past the train ratio while we evaluate
+            with self.t.collection_paused():  # else collection races past the train ratio meanwhile
                 self.evaluate(frames)
             self.next_eval = _next_multiple(frames, self.cfg.eval.every)
         if frames >= self.next_ckpt and self.t.updates > 0:
-            with self.paused():
+            with self.t.collection_paused():
                 self.t.save_checkpoint()
             self.next_ckpt = _next_multiple(frames, self.cfg.checkpoint.every)
-
-    @contextlib.contextmanager
-    def paused(self):
-        held = self.t._paused is not None
-        self.t.hold_collection(True)
-        try:
-            yield
-        finally:
-            if not held:
-                self.t.hold_collection(False)
 
     def log(self, frames: int, progress: Progress) -> None:
         t = self.t

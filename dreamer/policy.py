@@ -9,6 +9,7 @@ call. Writing the carry back over its root inputs instead would trip `check_poli
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from typing import Any
 
@@ -39,6 +40,11 @@ def make_primer(wm_cfg: Any, action_dim: int) -> TensorDictPrimer:
     s = sizes(wm_cfg)
     return TensorDictPrimer(state=Unbounded((s.S,)), belief=Unbounded((s.deter,)),
                             previous_action=Unbounded((action_dim,)), default_value=0.0)
+
+
+def primer_factory(wm_cfg: Any, action_dim: int) -> functools.partial:
+    """Picklable zero-argument primer factory, for env factories built in worker processes."""
+    return functools.partial(make_primer, config_dict(wm_cfg), action_dim)
 
 
 class ClipAndCarry(nn.Module):

@@ -59,6 +59,9 @@ BAD = [
     (["replay.batch_length=1"], "replay.batch_length"),
     (["logger.mode=loud"], "logger.mode"),
     (["checkpoint.resume=/no/such/checkpoint.pt"], "checkpoint.resume"),
+    (["resume=/no/such/checkpoint.pt"], "resume"),
+    (["checkpoint.replay_max_gb=-1"], "checkpoint.replay_max_gb"),
+    (["learner.lr_warmup_steps=-1"], "learner.lr_warmup_steps"),
     (["world_model.blocks=7"], "world_model.blocks"),
 ]
 

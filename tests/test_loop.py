@@ -8,7 +8,8 @@ from collectors.replay import ENV_INDEX
 from dreamer import checkpoint
 from dreamer.loop import Trainer
 from tests.test_config import composed
-from dreamer.config import validate
+from dreamer.app import load_resume_state
+from dreamer.config import ConfigError, validate
 
 SMALL = ("env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2", "replay.batch_size=4",
          "replay.batch_length=8", "learner.prefill_frames=100", "learner.train_ratio=16", "logger=none")
@@ -77,3 +78,13 @@ def test_resumed_learner_makes_the_same_update(tmp_path):
         assert torch.equal(p, q), name
     for (name, b), c in zip(original.agent.loss.named_buffers(), resumed.agent.loss.buffers()):
         assert torch.equal(b, c), name
+
+
+def test_resume_with_another_env_count_fails_at_start_up_naming_the_key(tmp_path):
+    trainer = Trainer(validate(composed(*SMALL)), tmp_path)
+    trainer.replay.member(0).extend(transitions(0, 0, 20))
+    path = trainer.save_checkpoint()  # holds one replay stream per env
+    with pytest.raises(ConfigError) as err:
+        load_resume_state(validate(composed(*SMALL, "collector.num_envs=3", f"resume={path}")))
+    assert err.value.key == "collector.num_envs"
+    assert load_resume_state(validate(composed(*SMALL, f"resume={path}")))["frames"] == 0
