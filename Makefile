@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train test test-fast test-compile bench-collector bench-learner clean
+.PHONY: install train sweep test test-fast test-compile bench-collector bench-learner clean
 
 install: $(STAMP)
 
@@ -21,6 +21,11 @@ train: install
 	@preset=$$($(PY) -c 'import torch; print("" if torch.cuda.is_available() else "experiment=quick")'); \
 	echo "+ python train.py $$preset $(ARGS)"; \
 	$(PY) train.py $$preset $(ARGS)
+
+# A short chunk-size sweep on the CPU preset (a few minutes on 2 cores); the summary table prints last.
+sweep: install
+	$(PY) train.py -m experiment=quick collector.transition_chunk_size=1,16,64 collector.total_frames=1500 \
+		eval.every=1500 eval.video=false checkpoint.every=0 $(ARGS)
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -5,16 +5,17 @@ Thin entrypoint: Hydra composes conf/config.yaml and the groups; dreamer.app doe
 import hydra
 from omegaconf import DictConfig
 
-from dreamer.config import register_configs
+from dreamer.config import register_configs, validate_or_exit
 
 register_configs()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    config = validate_or_exit(cfg)  # before torch is imported: a bad override fails in about a second
     from dreamer.app import run
 
-    run(cfg)
+    run(config)
 
 
 if __name__ == "__main__":

@@ -3,25 +3,24 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from dreamer import checkpoint
-from dreamer.config import Config, ConfigError, validate
+from dreamer.config import Config, ConfigError
 from dreamer.loop import train
-from dreamer.metrics import MetricsLogger
+from dreamer.metrics import MetricsLogger, sweep_group_name
 from dreamer.stop import StopRequest
 
 # Sections a checkpoint's networks and replay depend on: resuming with other values cannot work.
 MUST_MATCH_ON_RESUME = ("env", "world_model")
 
 
-def run(cfg: DictConfig) -> None:
+def run(config: Config) -> None:
+    """Trains one run of a validated config (train.py validates before importing torch)."""
     try:
-        config = validate(cfg)
         state = load_resume_state(config)
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -83,4 +82,4 @@ def sweep_group() -> str | None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None
-    return "_".join(Path(hydra_cfg.sweep.dir).parts[-2:])
+    return sweep_group_name(hydra_cfg.sweep.dir)

@@ -7,6 +7,7 @@ start-up, so a bad override fails in the first second with the key's name.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -276,6 +277,17 @@ class Config:
 
 def register_configs() -> None:
     ConfigStore.instance().store(name="schema", node=Config)
+    # `${sum:a,b}`: launcher resources computed from the config (conf/hydra/launcher/slurm.yaml)
+    OmegaConf.register_new_resolver("sum", lambda *xs: sum(xs), replace=True)
+
+
+def validate_or_exit(cfg: DictConfig) -> Config:
+    """validate(), or the key's error on stderr and exit status 2."""
+    try:
+        return validate(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 def validate(cfg: DictConfig) -> Config:

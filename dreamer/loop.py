@@ -15,10 +15,12 @@ import contextlib
 import logging
 import math
 import random
+import resource
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
@@ -304,6 +306,7 @@ class _Loop:
         self.evaluator = None
         self.last_eval = None
         self.writer_cpu = (trainer.tracker.writer_cpu, frames)
+        self.started = time.monotonic()
 
     def run(self) -> None:
         t, total = self.t, self.cfg.collector.total_frames
@@ -367,7 +370,8 @@ class _Loop:
             values["collect/driver_cpu_ms_per_step"] = 1000 * (now_cpu - cpu) / (frames - f0)
         self.writer_cpu = (now_cpu, frames)
         values.update({"replay/size": len(t.replay), "train/updates": t.updates,
-                       "policy/lag_updates": t.updates - t.synced_at})
+                       "policy/lag_updates": t.updates - t.synced_at,
+                       "time/elapsed_s": time.monotonic() - self.started, **memory_mb()})
         if self.metrics is not None:
             self.metrics.log(frames, values)
 
@@ -383,6 +387,19 @@ class _Loop:
             self.metrics.log(frames, {"eval/return": result.mean_return,
                                       "eval/length": float(np.mean(result.lengths))})
             self.metrics.log_videos(frames, result.videos)
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident memory: this process's peak, and the whole process tree now (driver, env workers,
+    inference server, wandb's service)."""
+    driver = psutil.Process()
+    tree = [driver] + driver.children(recursive=True)
+    rss = 0
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):  # a child may exit between listing and reading
+            rss += proc.memory_info().rss
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
+    return {"system/driver_peak_rss_mb": peak_kb / 1024, "system/tree_rss_mb": rss / 2**20}
 
 
 def _next_multiple(value: int, every: int) -> int:

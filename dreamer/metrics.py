@@ -66,6 +66,11 @@ def _init_wandb(run_dir: Path, mode: str, project: str, group, config, run_id, n
                       id=run_id, resume="allow" if run_id else None, name=name)
 
 
+def sweep_group_name(sweep_dir: str | Path) -> str:
+    """The wandb group of a sweep's jobs: its dir's last two parts (e.g. 2026-12-03_05-10-00)."""
+    return "_".join(Path(sweep_dir).parts[-2:])
+
+
 def read_metrics(path: str | Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
