@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train sweep test test-fast test-compile bench-collector bench-learner clean
+.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ train: install
 sweep: install
 	$(PY) train.py -m experiment=quick collector.transition_chunk_size=1,16,64 collector.total_frames=1500 \
 		eval.every=1500 eval.video=false checkpoint.every=0 $(ARGS)
+
+# Evaluate a checkpoint: make eval CKPT=outputs/.../checkpoints [ARGS="eval.episodes=10"]
+eval: install
+	$(PY) -m dreamer.evaluate checkpoint=$(CKPT) $(ARGS)
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

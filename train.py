@@ -2,10 +2,12 @@
 
 Thin entrypoint: Hydra composes conf/config.yaml and the groups; dreamer.app does the rest.
 """
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from dreamer.config import register_configs, validate_or_exit
+from dreamer.config import ConfigError, check_override_keys, register_configs, validate_or_exit
 
 register_configs()
 
@@ -19,4 +21,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:
+        check_override_keys(sys.argv[1:])  # a mistyped key: name it and list the valid ones
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
     main()

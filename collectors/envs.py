@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
+from collectors.specs import action_dim, observation_dim  # noqa: F401  (re-exported)
 
 import dm_env
 from torchrl.envs import (
@@ -172,20 +173,3 @@ def random_actions(env: EnvBase, steps: int) -> float:
         done = td["next", "done"].any()
         td = env.reset() if done else td["next"]
     return total
-
-
-def action_dim(domain: str, task: str) -> int:
-    """The task's action size, read without building a renderer."""
-    from dm_control import suite
-
-    return int(suite.load(domain, task).action_spec().shape[0])
-
-
-def observation_dim(domain: str, task: str) -> int:
-    """Size of the concatenated proprio state vector ("observation")."""
-    import math
-
-    from dm_control import suite
-
-    spec = suite.load(domain, task).observation_spec()
-    return sum(math.prod(s.shape) for s in spec.values())

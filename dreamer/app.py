@@ -9,7 +9,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from dreamer import checkpoint
-from dreamer.config import Config, ConfigError
+from dreamer.config import Config, ConfigError, replay_plan
 from dreamer.loop import train
 from dreamer.metrics import MetricsLogger, sweep_group_name
 from dreamer.stop import StopRequest
@@ -68,6 +68,8 @@ def describe(config: Config, state: dict | None) -> None:
     print(f"{start}training {config.world_model.size} DreamerV3 on {env.name} ({env.obs}) for {col.total_frames} "
           f"env steps: {col.num_envs} envs ({col.transport}, chunk {col.chunk_size()}), "
           f"train ratio {config.learner.train_ratio:g}")
+    per, total = replay_plan(config)
+    print(f"replay: up to {config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.2f} GB of host RAM")
 
 
 def make_logger(config: Config, run_dir: str, run_id: str | None = None) -> MetricsLogger:

@@ -6,8 +6,10 @@ start-up, so a bad override fails in the first second with the key's name.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -281,10 +283,58 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("sum", lambda *xs: sum(xs), replace=True)
 
 
+def check_override_keys(args: list[str]) -> None:
+    """Command-line overrides name existing keys; the error lists the valid ones (Hydra's does not)."""
+    for arg in args:
+        key, sep, _ = arg.partition("=")
+        # flags, appends/deletes, Hydra's own keys, group choices like hydra/launcher=... or experiment=...
+        if not sep or key.startswith(("-", "+", "~", "hydra")) or "/" in key or key == "experiment":
+            continue
+        node, path = Config, []
+        for part in key.split("."):
+            if node is None:  # a plain value has no sub-keys
+                _check(False, key, f"{'.'.join(path)} is a value, not a group of keys")
+            hints = typing.get_type_hints(node)
+            names = [f.name for f in dataclasses.fields(node)]
+            _check(part in names, ".".join(path + [part]),
+                   f"unknown key; valid keys in {'.'.join(path) or 'the top level'}: {', '.join(names)}")
+            path.append(part)
+            node = hints[part] if dataclasses.is_dataclass(hints[part]) else None
+
+
+PROCESS_RSS_BYTES = 512 * 2**20  # measured: an env worker or the inference server holds ~0.4-0.5 GB
+
+
+def replay_plan(config: Config) -> tuple[int, int]:
+    """(bytes per stored transition, bytes of the full replay) for this config."""
+    from collectors.specs import bytes_per_transition, task_dims
+
+    env = config.env
+    vector_dim, actions = task_dims(env.domain, env.task)
+    pixels = (3, env.image_size, env.image_size) if env.obs in ("pixels", "both") else None
+    per = bytes_per_transition(pixels, vector_dim if env.obs in ("proprio", "both") else None, actions)
+    return per, per * config.replay.capacity
+
+
+def check_replay_fits(config: Config) -> None:
+    """Before any worker starts: the full replay must fit in the RAM left beside the processes."""
+    import psutil
+
+    per, total = replay_plan(config)
+    processes = config.collector.num_envs + 2  # env workers, inference server, driver
+    available = psutil.virtual_memory().available - processes * PROCESS_RSS_BYTES
+    _check(total <= available, "replay.capacity",
+           f"{config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.1f} GB, but only "
+           f"{max(available, 0) / 1e9:.1f} GB of host RAM is free beside {processes} processes of ~0.5 GB; "
+           f"at most {max(available, 0) // per:,} transitions fit")
+
+
 def validate_or_exit(cfg: DictConfig) -> Config:
-    """validate(), or the key's error on stderr and exit status 2."""
+    """validate() and the host-RAM check, or the key's error on stderr and exit status 2."""
     try:
-        return validate(cfg)
+        config = validate(cfg)
+        check_replay_fits(config)
+        return config
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -1,11 +1,22 @@
 """Evaluation: episodes with the mode action in a separate env, an episode video, and the world
 model's open-loop prediction video (context frames observed, then imagined from actions alone).
 
-Runs in the training process on the learner's weights; the collector keeps its own envs.
+During training it runs in the training process on the learner's weights (the collector keeps its
+own envs). On its own, it evaluates a saved checkpoint with the config saved inside it:
+
+    python -m dreamer.evaluate checkpoint=PATH [eval.episodes=10] [eval.video=true] [seed=N] \
+        [env=PRESET | env.KEY=VALUE ...] [out=DIR]
+
+PATH is a checkpoint file or a run's checkpoints/ dir (newest wins). Prints each return and the
+mean/std, writes eval.json (and the videos) to DIR (default: the run's eval/ dir). Runs on CPU
+when there is no GPU, whatever the checkpoint was trained on.
+
 Proprio runs evaluate in an env that also renders pixels, so they get a video too.
 """
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,3 +127,111 @@ def write_video(path: Path, frames: torch.Tensor, fps: int = 20) -> Path:
     # macro_block_size=1: 64x64 frames are not multiples of 16; keep them as they are.
     imageio.mimwrite(path, array, fps=fps, macro_block_size=1)
     return path
+
+
+# -- the `python -m dreamer.evaluate` entry point ------------------------------------------------
+CLI_KEYS = ("checkpoint", "env", "eval", "seed", "out")
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
+    """(checkpoint state, the saved config with the command line's overrides, output dir)."""
+    from omegaconf import OmegaConf
+
+    from dreamer import checkpoint
+    from dreamer.config import Config, ConfigError, validate
+
+    overrides = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise ConfigError(arg, "arguments are key=value")
+        if key.split(".")[0] not in CLI_KEYS:
+            raise ConfigError(key, f"not an evaluation option; allowed: {', '.join(CLI_KEYS)} (and their sub-keys)")
+        overrides[key] = value
+    if "checkpoint" not in overrides:
+        raise ConfigError("checkpoint", "required: checkpoint=PATH (a checkpoint file or a run's checkpoints/ dir)")
+    path = Path(overrides.pop("checkpoint"))
+    if not path.exists():
+        raise ConfigError("checkpoint", f"no such file or directory: {path}")
+    state = checkpoint.load(path)
+    saved = dict(state["config"], resume=None)
+    saved["checkpoint"] = dict(saved["checkpoint"], resume=None)  # paths of the training machine
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), saved)
+    if "env" in overrides:  # a preset of the env group
+        preset = CONF_DIR / "env" / f"{overrides['env']}.yaml"
+        if not preset.exists():
+            names = sorted(p.stem for p in (CONF_DIR / "env").glob("*.yaml"))
+            raise ConfigError("env", f"unknown preset {overrides['env']!r}; allowed: {', '.join(names)}")
+        cfg.env = OmegaConf.merge(OmegaConf.structured(Config).env, OmegaConf.load(preset))
+        del overrides["env"]
+    out = overrides.pop("out", None)
+    try:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in overrides.items()]))
+    except Exception as err:  # unknown key or wrong type
+        raise ConfigError(getattr(err, "full_key", "") or ",".join(overrides), str(err).splitlines()[0]) from err
+    config = validate(cfg)
+    _check_compatible(state["config"]["env"], config.env)
+    ckpt_dir = path if path.is_dir() else path.parent
+    return state, config, Path(out) if out else ckpt_dir.parent / "eval"
+
+
+def _check_compatible(saved_env: dict, env) -> None:
+    """The model's encoder and actor fix the observation layout and action size."""
+    from collectors.envs import action_dim, observation_dim
+    from dreamer.config import ConfigError
+
+    for key in ("obs", "image_size"):
+        if saved_env[key] != getattr(env, key):
+            raise ConfigError(f"env.{key}", f"the checkpoint's model was trained with {saved_env[key]!r} "
+                              f"(got {getattr(env, key)!r})")
+    was, now = (saved_env["domain"], saved_env["task"]), (env.domain, env.task)
+    if (observation_dim(*was), action_dim(*was)) != (observation_dim(*now), action_dim(*now)):
+        raise ConfigError("env.domain", f"the checkpoint's model was trained on {'_'.join(was)}, whose "
+                          f"observations/actions differ from {'_'.join(now)}'s")
+
+
+def evaluate_checkpoint(state: dict, config, out_dir: Path) -> EvalResult:
+    from dreamer.agent import ObsSpec, build_agent
+    from collectors.envs import action_dim, observation_dim
+
+    env = config.env
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    obs = ObsSpec.from_env(env.obs, env.image_size, vector_dim=observation_dim(env.domain, env.task))
+    agent = build_agent(config.world_model, config.learner, obs, action_dim(env.domain, env.task), device)
+    agent.loss.load_state_dict(state["loss"])
+    evaluator = Evaluator(agent, env, config.world_model, seed=config.seed + 2_000_000, video=config.eval.video)
+    try:
+        return evaluator.run(config.eval.episodes, out_dir, tag=f"{state['frames']:09d}")
+    finally:
+        evaluator.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from dreamer.checkpoint import CheckpointError
+    from dreamer.config import ConfigError
+
+    try:
+        state, config, out_dir = cli_config(sys.argv[1:] if argv is None else argv)
+    except (ConfigError, CheckpointError) as err:
+        sys.exit(f"error: {err}")
+    env = config.env
+    print(f"evaluating the checkpoint at {state['frames']} env steps ({state['updates']} updates) on {env.name} "
+          f"({env.obs}): {config.eval.episodes} episode(s), mode actions")
+    result = evaluate_checkpoint(state, config, out_dir)
+    for i, (ret, length) in enumerate(zip(result.returns, result.lengths)):
+        print(f"episode {i}: return {ret:.1f} ({length} steps)")
+    std = float(np.std(result.returns))
+    print(f"return {result.mean_return:.1f} +- {std:.1f} over {len(result.returns)} episode(s)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"task": env.name, "env_steps": state["frames"], "updates": state["updates"],
+               "returns": result.returns, "lengths": result.lengths, "mean": result.mean_return, "std": std,
+               "videos": {k: str(v) for k, v in result.videos.items()}}
+    (out_dir / "eval.json").write_text(json.dumps(summary, indent=2))
+    for name, path in result.videos.items():
+        print(f"{name}: {path}")
+    print(f"results: {out_dir / 'eval.json'}")
+
+
+if __name__ == "__main__":
+    main()

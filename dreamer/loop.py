@@ -29,7 +29,7 @@ from collectors.collector import build_collector
 from collectors.envs import action_dim, env_factory, observation_dim
 from collectors.episodes import EpisodeTracker
 from collectors.replay import SequenceReplay
-from dreamer import checkpoint
+from dreamer import checkpoint, scores
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
 from dreamer.evaluate import Evaluator
@@ -331,7 +331,7 @@ class _Loop:
                     if frames >= total:
                         break
                     time.sleep(0.005)
-                progress.add_episodes(t.tracker.pop_finished())
+                self.add_episodes(frames, progress)
                 progress.show(frames, t.updates)
                 self.periodic(frames, progress)
             finished = True
@@ -342,11 +342,24 @@ class _Loop:
                 self.evaluator.close()
             if t.updates > 0 or finished:
                 tqdm.write(f"checkpoint: {t.save_checkpoint()}")
+        self.add_episodes(t.frames, progress)
         self.log(t.frames, progress)
         if self.cfg.eval.every and self.last_eval != t.frames:
             self.evaluate(t.frames)  # final evaluation, with the workers gone
         if self.evaluator is not None:
             self.evaluator.close()
+        self.write_scores()
+
+    def add_episodes(self, frames: int, progress: Progress) -> None:
+        episodes = self.t.tracker.pop_finished()
+        progress.add_episodes(episodes)
+        if episodes and self.metrics is not None:
+            self.metrics.log_episodes(frames, episodes)
+
+    def write_scores(self) -> None:
+        if self.metrics is not None:
+            env = self.cfg.env
+            scores.write_scores(self.t.run_dir, env.name, self.cfg.seed, env.action_repeat)
 
     def periodic(self, frames: int, progress: Progress) -> None:
         if frames >= self.next_log:
@@ -369,7 +382,7 @@ class _Loop:
         if frames > f0:
             values["collect/driver_cpu_ms_per_step"] = 1000 * (now_cpu - cpu) / (frames - f0)
         self.writer_cpu = (now_cpu, frames)
-        values.update({"replay/size": len(t.replay), "train/updates": t.updates,
+        values.update({"replay/size": len(t.replay), "replay/bytes": t.replay_bytes(), "train/updates": t.updates,
                        "policy/lag_updates": t.updates - t.synced_at,
                        "time/elapsed_s": time.monotonic() - self.started, **memory_mb()})
         if self.metrics is not None:
@@ -387,6 +400,7 @@ class _Loop:
             self.metrics.log(frames, {"eval/return": result.mean_return,
                                       "eval/length": float(np.mean(result.lengths))})
             self.metrics.log_videos(frames, result.videos)
+            self.write_scores()
 
 
 def memory_mb() -> dict[str, float]:

@@ -19,6 +19,7 @@ class MetricsLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
         self._file = open(self.path, "a", buffering=1)  # line-buffered: readable while running
+        self._episodes = open(self.run_dir / "episodes.jsonl", "a", buffering=1)  # one line per episode
         self.wandb_run = None
         if backend == "wandb" and mode != "disabled":
             self.wandb_run = _init_wandb(self.run_dir, mode, project, group, config, run_id, name)
@@ -33,6 +34,11 @@ class MetricsLogger:
         if self.wandb_run is not None:
             self.wandb_run.log(clean, step=step)
 
+    def log_episodes(self, step: int, episodes: list[tuple[float, int]]) -> None:
+        """Finished training episodes (return, length), each at the env step it was seen."""
+        for ret, length in episodes:
+            self._episodes.write(json.dumps({"step": step, "return": ret, "length": length}) + "\n")
+
     def log_videos(self, step: int, videos: dict) -> None:
         """{name: mp4 path}: the paths go to the JSONL file, the videos to wandb."""
         if not videos:
@@ -45,6 +51,7 @@ class MetricsLogger:
 
     def close(self) -> None:
         self._file.close()
+        self._episodes.close()
         if self.wandb_run is not None:
             import wandb
 

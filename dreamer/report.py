@@ -1,6 +1,10 @@
 """Sweep summaries: one row per job of a `train.py -m ...` multirun.
 
     python -m dreamer.report SWEEP_DIR
+    python -m dreamer.report compare RUN_DIR REFERENCE.json[.gz] [--budgets 100000,500000]
+
+`compare` prints a run's eval curve (its scores.json) beside a reference score file in the official
+DreamerV3 format (dreamer/scores.py) at matching env-frame budgets.
 
 Runs by itself at the end of every multirun (the `SweepSummary` Hydra callback in conf/config.yaml).
 Writes SWEEP_DIR/summary.{md,json,png}, prints the Markdown table and, when the runs log to wandb,
@@ -22,6 +26,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from dreamer import scores
 from dreamer.metrics import read_metrics, sweep_group_name
 
 COLUMNS = {  # summary key -> table header
@@ -172,6 +177,9 @@ class SweepSummary(Callback):
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
@@ -180,6 +188,20 @@ def main(argv: list[str] | None = None) -> None:
     except FileNotFoundError as err:
         sys.exit(f"error: {err}")
     print(table)
+
+
+def compare_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dreamer.report compare",
+                                     description="A run's eval returns beside a reference score file.")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("reference", type=Path, help="official-format score file (.json or .json.gz)")
+    parser.add_argument("--budgets", help="comma-separated env-frame budgets (default: the run's eval points)")
+    args = parser.parse_args(argv)
+    budgets = [int(float(b)) for b in args.budgets.split(",")] if args.budgets else None
+    try:
+        print(scores.compare(args.run_dir, args.reference, budgets))
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

@@ -97,16 +97,36 @@ def test_cfg_job_prints_composed_config(train):
     assert set(printed.keys()) >= {"env", "collector", "world_model", "learner", "replay", "logger"}
 
 
-@pytest.mark.parametrize("override,key", [
-    ("collector.transition_chunk_size=0", "collector.transition_chunk_size"),
-    ("collector.bogus=1", "collector.bogus"),
-    ("collector.num_envs=two", "collector.num_envs"),
-    ("env=dmc_nonexistent", "env"),
-])
-def test_train_py_fails_fast_naming_the_key(train, override, key):
+# (override, the key the message names, a piece of the allowed values / the reason)
+FAIL_FAST = [
+    ("collector.transition_chunk_size=0", "collector.transition_chunk_size", "int >= 1 or 'auto'"),
+    ("collector.bogus=1", "collector.bogus", "valid keys in collector: num_envs, frames_per_batch"),
+    ("bogus=1", "bogus", "valid keys in the top level: env, collector"),
+    ("seed.x=1", "seed.x", "seed is a value"),
+    ("collector.num_envs=two", "collector.num_envs", "two"),
+    ("env=dmc_nonexistent", "env", "dmc_walker_walk"),  # Hydra lists the group's presets
+    ("env.domain=nope", "env.domain", "walker"),
+    ("env.task=nope", "env.task", "walk"),
+    ("collector.inference_static_batch_size=8", "collector.inference_static_batch_size", "between 1 and"),
+    ("collector.transition_chunk_size=128", "collector.transition_chunk_size", "<= collector.frames_per_batch"),
+    ("learner.cudagraph=true", "learner.cudagraph", "use auto or false"),
+    ("collector.total_frames=-5", "collector.total_frames", ">= 1"),
+    ("resume=/no/such/run/checkpoints", "resume", "no such file"),
+    ("replay.capacity=100000000", "replay.capacity", "transitions fit"),  # 1.2 TB of pixels
+    ("learner.compile=maybe", "learner.compile", "auto, true, false"),
+    ("env.obs=depth", "env.obs", "pixels, proprio, both"),
+    ("logger.mode=loud", "logger.mode", "offline, online, disabled"),
+    ("replay.batch_length=1", "replay.batch_length", ">= 2"),
+]
+
+
+@pytest.mark.parametrize("override,key,allowed", FAIL_FAST, ids=[o for o, _, _ in FAIL_FAST])
+def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
     start = time.monotonic()
     proc = train(override, timeout=60)
     elapsed = time.monotonic() - start
+    message = proc.stderr + proc.stdout
     assert proc.returncode != 0
-    assert key in proc.stderr + proc.stdout
+    assert key in message and allowed in message, message[-2000:]
+    assert "Traceback" not in message
     assert elapsed < 10, f"took {elapsed:.1f}s to reject {override}"

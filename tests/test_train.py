@@ -1,11 +1,13 @@
 """`python train.py` end to end, as users run it: train, log, evaluate, checkpoint, resume."""
 import json
+import subprocess
+import sys
 import uuid
 
 import pytest
 
 from dreamer.metrics import read_metrics
-from tests.conftest import run_train
+from tests.conftest import ROOT, run_train
 from tests.helpers import processes_tagged
 
 # Short episodes (action repeat 8: 125 steps) so a short run finishes several of them.
@@ -44,6 +46,10 @@ def test_training_run_logs_evaluates_checkpoints_and_leaves_no_process(first_run
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt"))
     assert checkpoints[-1] == "step_000000000600.pt"
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run in the run dir"
+    scores = {r["split"]: r for r in json.loads((run_dir / "scores.json").read_text())}
+    assert scores["eval"]["xs"][-1] == 600 * 8 and scores["eval"]["task"] == "dmc_cartpole_balance"  # frames
+    for record in scores.values():
+        assert record["xs"] == sorted(set(record["xs"])) and len(record["xs"]) == len(record["ys"]) > 0
 
 
 @pytest.mark.slow
@@ -72,3 +78,43 @@ def test_resume_with_another_model_size_fails_naming_the_key(first_run, tmp_path
                     f"hydra.run.dir={tmp_path / 'bad'}", timeout=120)
     assert bad.returncode == 2
     assert "world_model.size" in bad.stderr
+
+
+def run_evaluate(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dreamer.evaluate", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_evaluate_a_trained_checkpoint_prints_returns_and_writes_a_video(first_run, tmp_path):
+    proc, run_dir, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = run_evaluate(f"checkpoint={run_dir / 'checkpoints'}", "eval.episodes=2", "eval.video=true",
+                       f"out={tmp_path}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "at 600 env steps" in out.stdout and "over 2 episode(s)" in out.stdout
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert len(result["returns"]) == 2 and result["env_steps"] == 600
+    assert result["mean"] == pytest.approx(sum(result["returns"]) / 2)
+    assert open(result["videos"]["eval/video"], "rb").read(12)[4:8] == b"ftyp"
+
+
+@pytest.mark.slow
+def test_evaluate_rejects_an_env_the_model_cannot_read(first_run):
+    proc, run_dir, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = run_evaluate(f"checkpoint={run_dir / 'checkpoints'}", "env=dmc_walker_walk", timeout=120)
+    assert out.returncode != 0 and "env.obs" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "checkpoint=PATH"),
+    (("checkpoint=/no/such/file.pt",), "no such file"),
+    (("checkpoint={truncated}",), "truncated or corrupt"),
+    (("checkpoint={truncated}", "episodes=3"), "'episodes': not an evaluation option"),
+])
+def test_evaluate_fails_clearly_on_bad_checkpoints_and_arguments(tmp_path, args, message):
+    truncated = tmp_path / "step_000000000100.pt"
+    truncated.write_bytes(b"PK\x03\x04" + b"\0" * 100)  # a zip header, then nothing
+    out = run_evaluate(*[a.format(truncated=truncated) for a in args], timeout=120)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
