@@ -228,6 +228,31 @@ def _imagination_env(n: SimpleNamespace, device) -> DreamerEnv:
     return env
 
 
+class GuardedDreamerV3Optimizer(DreamerV3Optimizer):
+    """torchrl's DreamerV3 optimizer that skips a step whose gradients are not all finite.
+
+    One NaN/inf gradient would otherwise poison every weight (and the moment estimates). The
+    check is one fused norm over all gradients (a device sync per update on CUDA). `skipped`
+    counts skipped steps; `last_step_skipped` tells the loop about the latest one.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skipped = 0
+        self.last_step_skipped = False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        finite = bool(torch.stack(torch._foreach_norm(grads)).isfinite().all()) if grads else True
+        self.last_step_skipped = not finite
+        if not finite:
+            self.skipped += 1
+            self.zero_grad(set_to_none=False)
+            return None
+        return super().step(closure)
+
+
 @dataclass
 class DreamerAgent:
     nets: SimpleNamespace
@@ -238,7 +263,7 @@ class DreamerAgent:
     actor_loss: DreamerV3ActorLoss
     value_loss: DreamerV3ValueLoss
     loss: DreamerV3Loss
-    optimizer: DreamerV3Optimizer
+    optimizer: GuardedDreamerV3Optimizer
     target_updater: SoftUpdate
     device: torch.device
 
@@ -298,7 +323,7 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
     wm_params, actor_params = list(world_model.parameters()), list(actor.parameters())
     seen = {id(p) for p in wm_params + actor_params}
     critic_params = [p for p in loss.parameters() if id(p) not in seen]
-    optimizer = DreamerV3Optimizer(
+    optimizer = GuardedDreamerV3Optimizer(
         [{"params": wm_params, "lr": lc.model_lr}, {"params": actor_params, "lr": lc.actor_lr},
          {"params": critic_params, "lr": lc.critic_lr}],
         lr=lc.model_lr, eps=lc.adam_eps, warmup_steps=lr_warmup_steps)

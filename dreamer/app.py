@@ -1,6 +1,7 @@
 """Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -8,9 +9,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from collectors.watchdog import CollectorFault
 from dreamer import checkpoint
 from dreamer.config import Config, ConfigError, replay_plan
-from dreamer.loop import train
+from dreamer.loop import NonFiniteLossError, train
 from dreamer.metrics import MetricsLogger, sweep_group_name
 from dreamer.stop import StopRequest
 
@@ -37,6 +39,17 @@ def run(config: Config) -> None:
     except KeyboardInterrupt:
         print("interrupted: workers stopped", file=sys.stderr)
         sys.exit(130)
+    except CollectorFault as err:
+        metrics.close()
+        print(f"error: {err}. A checkpoint was written; resume=<run dir>/checkpoints continues the run.",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # The dead process may hold one of the collector's shared locks: any later cleanup of the
+        # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
+        os._exit(1)
+    except NonFiniteLossError as err:
+        print(f"error: {err}; stopped with a checkpoint of the last finite weights", file=sys.stderr)
+        sys.exit(1)
     finally:
         metrics.close()
     elapsed = time.monotonic() - start

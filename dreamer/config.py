@@ -174,6 +174,8 @@ class LearnerConfig:
         _check(0 <= self.lmbda <= 1, "learner.lmbda", f"must be in [0, 1] (got {self.lmbda})")
         for name in ("compile", "cudagraph", "bf16"):
             _check_auto_flag(getattr(self, name), f"learner.{name}")
+        _check(self.max_nonfinite_updates >= 1, "learner.max_nonfinite_updates",
+               f"must be >= 1 (got {self.max_nonfinite_updates})")
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                "learner.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
 

@@ -29,6 +29,7 @@ from collectors.collector import build_collector
 from collectors.envs import action_dim, env_factory, observation_dim
 from collectors.episodes import EpisodeTracker
 from collectors.replay import SequenceReplay
+from collectors.watchdog import ProcessWatchdog
 from dreamer import checkpoint, scores
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
@@ -74,6 +75,7 @@ class Trainer:
             self.load_state_dict(resume)
         self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
         self.collector = None
+        self.watchdog = None
         self.collector_stopped = False
         self._paused = None
 
@@ -118,18 +120,24 @@ class Trainer:
             drop_keys=drop,
             on_write=self.tracker,
         )
+        before = {p.pid for p in psutil.Process().children()}
         with children_ignore_ctrl_c():  # the server and workers start here
             self.collector.start()
+        started = [p.pid for p in psutil.Process().children() if p.pid not in before
+                   and "resource_tracker" not in " ".join(_cmdline(p))]
+        self.watchdog = ProcessWatchdog(started).start()
 
     def hold_collection(self, hold: bool) -> None:
         """Pause (True) or resume (False) the collector; idempotent."""
         if hold and self._paused is None and self.frames < self.config.collector.total_frames:
             stack = contextlib.ExitStack()
-            stack.enter_context(self.collector.pause(timeout=60))
+            with self.watchdog.guard():
+                stack.enter_context(self.collector.pause(timeout=60))
             self._paused = stack
         elif not hold and self._paused is not None:
-            self._paused.close()
-            self._paused = None
+            paused, self._paused = self._paused, None
+            with self.watchdog.guard():
+                paused.close()
 
     @contextlib.contextmanager
     def collection_paused(self):
@@ -143,6 +151,7 @@ class Trainer:
                 self.hold_collection(False)
 
     def check_collector(self) -> None:
+        self.watchdog.check()
         thread = getattr(self.collector, "_replay_thread", None)
         if thread is not None and not thread.is_alive() and self.frames < self.config.collector.total_frames:
             self.collector.async_shutdown()  # re-raises the writer thread's error
@@ -150,27 +159,38 @@ class Trainer:
 
     def stop_collector(self) -> None:
         """Stop workers and server (idempotent): once the budget is met they only cost CPU."""
-        if self.collector is not None and not self.collector_stopped:
-            self.hold_collection(False)
-            self.collector.shutdown(raise_on_error=False)
-            self.collector_stopped = True
+        if self.collector is None or self.collector_stopped:
+            return
+        self.collector_stopped = True
+        if self.watchdog.fault is not None:  # a process died: shutdown() could block on its locks
+            self.watchdog.kill_all()
+            return
+        self.watchdog.stop()
+        if self._paused is not None:
+            paused, self._paused = self._paused, None
+            paused.close()
+        self.collector.shutdown(raise_on_error=False)
 
     def push_weights(self) -> None:
         if not self.collector_stopped:
-            self.collector.update_policy_weights_(self.acting)
+            with self.watchdog.guard():
+                self.collector.update_policy_weights_(self.acting)
         self.synced_at = self.updates
 
     # -- learning ---------------------------------------------------------------------------
     def update(self) -> dict[str, float]:
+        """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
+        they were), the update still counts toward the train ratio, and after
+        learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
         metrics = self.learner.step(self.replay.sample())
-        if all(math.isfinite(v) for v in metrics.values()):
-            self.nonfinite_in_row = 0
-        else:
-            self.nonfinite_in_row += 1
-            limit = self.config.learner.max_nonfinite_updates
-            if self.nonfinite_in_row >= limit:
-                raise NonFiniteLossError(f"{limit} non-finite updates in a row (learner.max_nonfinite_updates); "
-                                         f"last: {metrics}")
+        skipped = self.agent.optimizer.last_step_skipped or not all(math.isfinite(v) for v in metrics.values())
+        self.nonfinite_in_row = self.nonfinite_in_row + 1 if skipped else 0
+        metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}  # keep NaNs out of the averages
+        metrics["skipped_updates"] = float(self.agent.optimizer.skipped)
+        limit = self.config.learner.max_nonfinite_updates
+        if self.nonfinite_in_row >= limit:
+            raise NonFiniteLossError(f"{limit} updates in a row had non-finite losses or gradients "
+                                     "(learner.max_nonfinite_updates); the weights are those before them")
         every = self.config.collector.policy_sync_every
         if self.updates == 1 or self.updates - self.synced_at >= every:
             self.push_weights()
@@ -340,7 +360,7 @@ class _Loop:
             t.stop_collector()
             if not finished and self.evaluator is not None:
                 self.evaluator.close()
-            if t.updates > 0 or finished:
+            if t.updates > 0 or finished or t.frames > t.frames_at_start:
                 tqdm.write(f"checkpoint: {t.save_checkpoint()}")
         self.add_episodes(t.frames, progress)
         self.log(t.frames, progress)
@@ -401,6 +421,13 @@ class _Loop:
                                       "eval/length": float(np.mean(result.lengths))})
             self.metrics.log_videos(frames, result.videos)
             self.write_scores()
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
 
 
 def memory_mb() -> dict[str, float]:

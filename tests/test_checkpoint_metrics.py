@@ -1,4 +1,6 @@
 """Atomic checkpoints and the local metrics file / offline wandb run."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -68,3 +70,24 @@ def test_metrics_without_wandb(tmp_path):
     logger.close()
     assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 1, "x": 2.0}]
     assert not (tmp_path / "wandb").exists()
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    """A real kill mid-write (not a mocked exception): only the temporary file is partial."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    checkpoint.save(tmp_path, 1, {"weights": torch.ones(3)})
+    code = (f"import torch; from dreamer import checkpoint; "
+            f"checkpoint.save({str(tmp_path)!r}, 2, {{'weights': torch.zeros(200_000_000, dtype=torch.uint8)}})")
+    writer = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".step_*.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert list(tmp_path.glob(".step_*.tmp-*")), "the save finished before the kill: test did not run"
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step_000000000001.pt"]
+    assert torch.equal(checkpoint.load(tmp_path)["weights"], torch.ones(3))

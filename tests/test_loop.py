@@ -88,3 +88,33 @@ def test_resume_with_another_env_count_fails_at_start_up_naming_the_key(tmp_path
         load_resume_state(validate(composed(*SMALL, "collector.num_envs=3", f"resume={path}")))
     assert err.value.key == "collector.num_envs"
     assert load_resume_state(validate(composed(*SMALL, f"resume={path}")))["frames"] == 0
+
+
+def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
+    from dreamer.loop import NonFiniteLossError
+
+    trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=3")), tmp_path)
+    trainer.collector_stopped = True  # no collector here: weight pushes are no-ops
+    for env in range(2):
+        bad = transitions(env, 0, 40)
+        bad["next", "reward"][:] = float("nan")
+        trainer.replay.member(env).extend(bad)
+    before = [p.clone() for p in trainer.agent.loss.parameters()]
+    for expected_skips in (1, 2):
+        metrics = trainer.update()
+        assert metrics["skipped_updates"] == expected_skips
+        assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert all(torch.equal(p, q) for p, q in zip(before, trainer.agent.loss.parameters())), "a NaN step was applied"
+    with pytest.raises(NonFiniteLossError, match="learner.max_nonfinite_updates"):
+        trainer.update()
+    assert all(torch.isfinite(p).all() for p in trainer.agent.loss.parameters())
+
+
+def test_a_finite_update_resets_the_non_finite_streak(tmp_path):
+    trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=2")), tmp_path)
+    trainer.collector_stopped = True
+    for env in range(2):
+        trainer.replay.member(env).extend(transitions(env, 0, 40))
+    trainer.nonfinite_in_row = 1
+    metrics = trainer.update()
+    assert trainer.nonfinite_in_row == 0 and metrics["skipped_updates"] == 0

@@ -16,13 +16,13 @@ from tests.conftest import ROOT
 from tests.helpers import processes_tagged
 
 
-def start_long_run(tag: str) -> subprocess.Popen:
+def start_long_run(tag: str, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, DREAMER_TEST_TAG=tag, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         [sys.executable, "train.py", "env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2",
          "collector.total_frames=10000000", "learner.prefill_frames=200", "replay.batch_size=4",
          "replay.batch_length=16", "eval.every=0", "logger=none", "logger.every=50",
-         f"hydra.run.dir={run_dir(tag)}"],
+         f"hydra.run.dir={run_dir(tag)}", *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group, as a shell job in a terminal
 
@@ -68,3 +68,68 @@ def test_signal_stops_the_whole_process_tree(sig):
             leftover.kill()
         if proc.poll() is None:
             proc.kill()
+
+
+def wait_gone(proc: subprocess.Popen, tag: str, seconds: float) -> float:
+    """Waits for the main process and every tagged process to end; returns the time it took."""
+    start = time.monotonic()
+    proc.wait(timeout=seconds)
+    while processes_tagged(tag) and time.monotonic() - start < seconds:
+        time.sleep(0.2)
+    assert processes_tagged(tag) == [], f"processes left {time.monotonic() - start:.1f}s later"
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_sigint_at_start_up_leaves_nothing():
+    tag = uuid.uuid4().hex
+    proc = start_long_run(tag)
+    try:
+        time.sleep(1.0)  # Hydra composing, torch importing: no worker yet
+        os.killpg(proc.pid, signal.SIGINT)
+        wait_gone(proc, tag, 10)
+        assert proc.returncode != 0
+    finally:
+        for leftover in processes_tagged(tag):
+            leftover.kill()
+
+
+@pytest.mark.slow
+def test_sigterm_during_prefill_writes_a_loadable_checkpoint():
+    tag = uuid.uuid4().hex
+    proc = start_long_run(tag, "learner.prefill_frames=1000000")  # never leaves prefill
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run_dir(tag) / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.5)  # until env steps are logged
+        proc.send_signal(signal.SIGTERM)
+        wait_gone(proc, tag, 10)
+        assert proc.returncode == 130
+        state = checkpoint.load(run_dir(tag) / "checkpoints")
+        assert state["updates"] == 0 and state["frames"] > 0
+    finally:
+        for leftover in processes_tagged(tag):
+            leftover.kill()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_run_with_an_error_and_a_checkpoint():
+    """SIGKILL to a collector process (as the OOM killer does) must not hang the run: a worker killed
+    while holding one of the collector's shared locks used to block the driver forever."""
+    tag = uuid.uuid4().hex
+    proc = start_long_run(tag)
+    try:
+        wait_for_learning(proc, tag)
+        victim = next(p for p in processes_tagged(tag)
+                      if p.pid != proc.pid and "spawn_main" in " ".join(p.cmdline()))
+        victim.kill()
+        wait_gone(proc, tag, 30)
+        output = proc.stdout.read()
+        assert proc.returncode == 1
+        assert f"pid {victim.pid}" in output and "died" in output
+        assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] > 0
+    finally:
+        for leftover in processes_tagged(tag):
+            leftover.kill()
