@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -27,9 +28,14 @@ def run(config: Config) -> None:
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    run_dir = HydraConfig.get().runtime.output_dir
+    try:
+        check_run_dir(run_dir, checkpoint_bytes(config))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
     stop = StopRequest().install()
-    run_dir = HydraConfig.get().runtime.output_dir
     metrics = make_logger(config, run_dir, run_id=state["run_id"] if state else None)
     wandb_offline = config.logger.mode == "offline" and metrics.run_id is not None
     describe(config, state)
@@ -57,6 +63,32 @@ def run(config: Config) -> None:
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
                                                          if wandb_offline else "")
     print(f"run dir: {run_dir} ({outputs})")
+
+
+def checkpoint_bytes(config: Config) -> int:
+    """Disk a run's checkpoints may take: `keep` of them plus one being written, each with the
+    replay when it is saved (up to checkpoint.replay_max_gb), plus ~100 MB for networks and optimizer."""
+    ckpt = config.checkpoint
+    _, replay = replay_plan(config)
+    replay = replay if ckpt.replay and replay <= ckpt.replay_max_gb * 2**30 else 0
+    return (ckpt.keep + 1) * (replay + 100 * 2**20)
+
+
+def check_run_dir(run_dir: str, need: int) -> None:
+    """Before any worker starts: the run dir is writable and has room for the checkpoints."""
+    probe = os.path.join(run_dir, ".write-test")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as err:
+        raise ConfigError("hydra.run.dir", f"cannot write to {run_dir}: {err.strerror}") from err
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        raise ConfigError("hydra.run.dir", f"{run_dir} has {free / 1e9:.1f} GB free, checkpoints need up to "
+                          f"{need / 1e9:.1f} GB (checkpoint.keep + 1 copies; lower checkpoint.keep or "
+                          "checkpoint.replay_max_gb, or pick another hydra.run.dir)")
 
 
 def load_resume_state(config: Config) -> dict | None:

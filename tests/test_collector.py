@@ -1,4 +1,6 @@
 """The chunked process-slot collector writing into per-env replay (real workers, real DMC)."""
+import time
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -89,4 +91,46 @@ def test_worker_failure_raises_and_leaves_no_process():
                 pass
         finally:
             collector.shutdown(raise_on_error=False)
+    assert live_children() == []
+
+
+class FailsMidEpisodeFactory:
+    """An env that raises on its 30th step (mid-episode: episodes here are 125 steps)."""
+
+    def __call__(self):
+        from torchrl.envs import Transform
+
+        class RaiseAt(Transform):
+            def __init__(self):
+                super().__init__()
+                self.steps = 0
+
+            def _step(self, tensordict, next_tensordict):
+                self.steps += 1
+                if self.steps == 30:
+                    raise RuntimeError("env failed mid-episode on purpose")
+                return next_tensordict
+
+        env = env_factory(ENV, seed=1)()
+        env.append_transform(RaiseAt())
+        return env
+
+
+def test_env_raising_mid_episode_raises_and_leaves_no_process():
+    collector = build_collector([env_factory(ENV, seed=0), FailsMidEpisodeFactory()], RandomPolicyFactory(1),
+                                frames_per_batch=16, total_frames=1_000_000, chunk_size=4)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        try:
+            for _ in collector:
+                pass
+        finally:
+            collector.shutdown(raise_on_error=False)
+    assert time.monotonic() - start < 60
+    chain = []
+    e = err.value
+    while e is not None:
+        chain.append(str(e))
+        e = e.__cause__ or e.__context__
+    assert any("worker" in m for m in chain), chain
     assert live_children() == []

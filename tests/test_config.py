@@ -130,3 +130,29 @@ def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
     assert key in message and allowed in message, message[-2000:]
     assert "Traceback" not in message
     assert elapsed < 10, f"took {elapsed:.1f}s to reject {override}"
+
+
+def test_run_dir_checks_name_the_key(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from dreamer.app import check_run_dir, checkpoint_bytes
+
+    check_run_dir(str(tmp_path / "run"), need=1)  # creates and writes it
+    (tmp_path / "file").write_text("x")  # a file where a directory should go: not writable as a dir
+    with pytest.raises(ConfigError) as err:
+        check_run_dir(str(tmp_path / "file" / "run"), need=1)
+    assert err.value.key == "hydra.run.dir" and "cannot write" in str(err.value)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(ConfigError, match="checkpoint.keep"):
+        check_run_dir(str(tmp_path / "run"), need=checkpoint_bytes(validate(composed("env=dmc_cartpole_balance"))))
+
+
+def test_checkpoint_bytes_counts_the_replay_only_when_it_is_saved():
+    from dreamer.app import checkpoint_bytes
+
+    small = validate(composed("env=dmc_cartpole_balance", "replay.capacity=1000", "checkpoint.keep=1"))
+    assert checkpoint_bytes(small) == 2 * (1000 * 76 + 100 * 2**20)
+    big = validate(composed("replay.capacity=1000000"))  # pixels: 12 GB > replay_max_gb 4
+    assert checkpoint_bytes(big) == (big.checkpoint.keep + 1) * 100 * 2**20
