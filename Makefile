@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner clean
+.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-soak clean
 
 install: $(STAMP)
 
@@ -45,6 +45,12 @@ bench-collector: install
 
 bench-learner: install
 	$(PY) -m benchmarks.learner $(ARGS)
+
+bench-learning: install   # 3 seeds x ~30 min on 2 cores
+	$(PY) -m benchmarks.learning $(ARGS)
+
+bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
+	$(PY) -m benchmarks.soak $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

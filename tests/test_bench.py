@@ -33,3 +33,21 @@ def test_learner_bench_prints_table():
     lines = proc.stdout.strip().splitlines()
     assert lines[-3].startswith("| learner | app ms/update")
     assert lines[-1].startswith("| eager fp32 |")
+
+
+def test_soak_slope_is_measured_over_the_second_half():
+    from benchmarks.soak import slope_per_hour
+
+    flat_then_growing = [{"t_s": t, "mb": 100.0 if t < 50 else 100.0 + (t - 50) / 36} for t in range(0, 101, 10)]
+    assert slope_per_hour(flat_then_growing, "mb") == pytest.approx(100.0)  # 1 MB per 36 s
+    assert slope_per_hour([{"t_s": 0, "mb": 5.0}], "mb") != slope_per_hour([{"t_s": 0, "mb": 5.0}], "mb")  # nan
+
+
+def test_learning_benchmark_reads_the_preset_task_and_measures_random_returns():
+    from benchmarks.learning import preset_env, random_return
+
+    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 4)
+    assert preset_env("learn_cpu", ["env.action_repeat=2"]) == ("cartpole", "swingup", 2)
+    assert preset_env("quick", []) == ("cartpole", "balance", 2)
+    mean, std = random_return("cartpole", "swingup", 8, episodes=2)
+    assert 0 < mean < 400 and std >= 0

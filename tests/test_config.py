@@ -24,7 +24,7 @@ def test_defaults_compose_and_validate():
     assert cfg.world_model.size == "s"
 
 
-@pytest.mark.parametrize("preset", ["quick", "dmc_vision", "seed_pixel_64env"])
+@pytest.mark.parametrize("preset", ["quick", "learn_cpu", "dmc_vision", "seed_pixel_64env"])
 def test_experiment_presets_compose(preset):
     cfg = composed(f"experiment={preset}")
     assert cfg.collector.num_envs >= 1

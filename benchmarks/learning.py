@@ -1,0 +1,135 @@
+"""Learning benchmark: train a preset over several seeds and compare with random and published returns.
+
+    python -m benchmarks.learning [--preset learn_cpu] [--seeds 0,1,2] [--random-episodes 20] [overrides ...]
+
+Runs `python train.py experiment=<preset> seed=<s>` once per seed (one after another: the runs
+would share the CPU otherwise), reads each run's scores.json (eval returns against env frames) and
+prints a table: task, budget, each seed's final eval return, the median, the uniform-random
+policy's mean return on the same task and action repeat (measured here), and the published
+reference where one exists. Curves go to <out>/curves.json and curves.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# DreamerV3 DMC Vision, official score files (github.com/danijar/dreamerv3, scores/), env frames.
+REFERENCES = {
+    "dmc_walker_walk": {500_000: 940, 1_000_000: 960},
+    "dmc_cheetah_run": {500_000: 655, 1_000_000: 832},
+}
+REFERENCE_SOURCE = "DreamerV3 official DMC Vision scores (approx.)"
+
+
+def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int]:
+    """(domain, task, action_repeat) the preset trains on (after env.* overrides)."""
+    exp = yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text())
+    env_name = next((d["override /env"] for d in exp.get("defaults", []) if isinstance(d, dict)
+                     and "override /env" in d), "dmc_walker_walk")
+    env = yaml.safe_load((ROOT / "conf" / "env" / f"{env_name}.yaml").read_text())
+    env.update(exp.get("env", {}))
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.startswith("env."):
+            env[key[4:]] = yaml.safe_load(value)
+    return env["domain"], env["task"], int(env["action_repeat"])
+
+
+def random_return(domain: str, task: str, action_repeat: int, episodes: int) -> tuple[float, float]:
+    """Mean and std of the return of uniform random actions (the prefill policy), from dm_control."""
+    import numpy as np
+    from dm_control import suite
+
+    returns = []
+    for seed in range(episodes):
+        env = suite.load(domain, task, task_kwargs={"random": 10_000 + seed})
+        spec, rng = env.action_spec(), np.random.default_rng(seed)
+        step, total = env.reset(), 0.0
+        while not step.last():
+            action = rng.uniform(spec.minimum, spec.maximum)
+            for _ in range(action_repeat):
+                step = env.step(action)
+                total += step.reward or 0.0
+                if step.last():
+                    break
+        returns.append(total)
+    return float(np.mean(returns)), float(np.std(returns))
+
+
+def train_seed(preset: str, seed: int, run_dir: Path, overrides: list[str]) -> dict:
+    command = [sys.executable, "train.py", f"experiment={preset}", f"seed={seed}", "logger.mode=offline",
+               f"hydra.run.dir={run_dir}", *overrides]
+    print("+", " ".join(command[1:]), flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"seed {seed} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    records = json.loads((run_dir / "scores.json").read_text())
+    curve = next(r for r in records if r["split"] == "eval")
+    print(f"  seed {seed}: final eval return {curve['ys'][-1]:.1f} at {curve['xs'][-1]:,} frames "
+          f"({time.monotonic() - start:.0f} s)", flush=True)
+    return {"xs": curve["xs"], "ys": curve["ys"], "seconds": time.monotonic() - start}
+
+
+def plot(curves: dict, random_mean: float, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for seed, c in curves.items():
+        ax.plot(c["xs"], c["ys"], marker="o", label=f"seed {seed}")
+    ax.axhline(random_mean, color="gray", linestyle="--", label="uniform random")
+    ax.set_xlabel("env frames")
+    ax.set_ylabel("eval return")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="learn_cpu")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--random-episodes", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("overrides", nargs="*", help="extra train.py overrides")
+    args = parser.parse_args(argv)
+    out = args.out or ROOT / "outputs" / f"learning-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    domain, task, repeat = preset_env(args.preset, args.overrides)
+    name = f"dmc_{domain}_{task}"
+    rand_mean, rand_std = random_return(domain, task, repeat, args.random_episodes)
+    print(f"uniform random policy on {name} (action repeat {repeat}): {rand_mean:.1f} +- {rand_std:.1f} "
+          f"over {args.random_episodes} episodes", flush=True)
+    curves = {int(s): train_seed(args.preset, int(s), out / f"seed{s}", args.overrides)
+              for s in args.seeds.split(",")}
+    finals = [c["ys"][-1] for c in curves.values()]
+    frames = min(c["xs"][-1] for c in curves.values())
+    median = statistics.median(finals)
+    refs = REFERENCES.get(name, {})
+    ref = ", ".join(f"{v} at {k:,}" for k, v in refs.items()) + f" ({REFERENCE_SOURCE})" if refs else "none at this budget"
+    (out / "curves.json").write_text(json.dumps({"task": name, "preset": args.preset, "random_mean": rand_mean,
+                                                 "random_std": rand_std, "curves": curves}, indent=2))
+    plot(curves, rand_mean, f"{args.preset}: {name}", out / "curves.png")
+    print(f"\ncurves: {out / 'curves.json'}, {out / 'curves.png'}\n")
+    print("| task | env frames | seed returns | median | random policy | median / random | reference |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {name} | {frames:,} | {', '.join(f'{f:.0f}' for f in finals)} | {median:.1f} | "
+          f"{rand_mean:.1f} | {median / rand_mean if rand_mean else float('inf'):.2f}x | {ref} |")
+
+
+if __name__ == "__main__":
+    main()
