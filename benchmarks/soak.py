@@ -1,6 +1,7 @@
 """Soak benchmark: a long training run with the process tree's memory and size sampled over time.
 
     python -m benchmarks.soak [--minutes 20] [--every 30] [train.py overrides ...]
+    python -m benchmarks.soak --attach PID [--minutes 20]   # sample a run that is already going
 
 Starts `train.py` (default: the CPU preset, experiment=quick, with a budget it will not reach)
 and every `--every` seconds samples the driver's RSS, the whole tree's RSS and the number of
@@ -23,6 +24,17 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUN = ["experiment=quick", "collector.total_frames=10000000", "eval.every=0", "checkpoint.every=0"]
+
+
+class Attached:
+    """A running process seen through the subprocess.Popen methods this script uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self._proc, self.returncode = pid, psutil.Process(pid), None
+        self.stderr = type("NoStream", (), {"read": staticmethod(lambda: "")})()
+
+    def poll(self):
+        return None if self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE else 0
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -59,17 +71,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=20)
     parser.add_argument("--every", type=float, default=30, help="seconds between samples")
     parser.add_argument("--run-dir", default=f"outputs/soak-{time.strftime('%Y%m%d-%H%M%S')}")
+    parser.add_argument("--attach", type=int, help="sample this running train.py (left running at the end)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides (default: %(default)s)",
                         default=DEFAULT_RUN)
     args = parser.parse_args(argv)
-    command = [sys.executable, "train.py", *args.overrides, f"hydra.run.dir={args.run_dir}"]
-    print("+", " ".join(command[1:]), flush=True)
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    if args.attach:
+        proc = Attached(args.attach)
+        print(f"sampling pid {args.attach}: {' '.join(psutil.Process(args.attach).cmdline()[1:])}", flush=True)
+    else:
+        command = [sys.executable, "train.py", *args.overrides, f"hydra.run.dir={args.run_dir}"]
+        print("+", " ".join(command[1:]), flush=True)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     start = time.monotonic()
     samples = []
     try:
         while time.monotonic() - start < 60 * args.minutes:
+            if proc.poll() is not None and args.attach:
+                print("the attached run ended", flush=True)
+                break
             if proc.poll() is not None:
                 sys.exit(f"train.py exited early ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
             samples.append(sample(proc.pid, start))
@@ -78,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{s['processes']} processes", flush=True)
             time.sleep(args.every)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None and not args.attach:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: final checkpoint, workers stopped
             proc.wait(timeout=120)
     left = [p for p in psutil.process_iter(["cmdline"]) if args.run_dir in " ".join(p.info["cmdline"] or [])]
@@ -92,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     Path(ROOT / args.run_dir).mkdir(parents=True, exist_ok=True)
     (ROOT / args.run_dir / "soak.json").write_text(json.dumps(result, indent=2))
-    print(f"\n{len(samples)} samples over {args.minutes:g} min; train.py exit code {proc.returncode} after SIGINT, "
-          f"{len(left)} processes left")
+    ending = ("left running (attached)" if args.attach else
+              f"train.py exit code {proc.returncode} after SIGINT, {len(left)} processes left")
+    print(f"\n{len(samples)} samples over {args.minutes:g} min; {ending}")
     print("| series | max | slope over 2nd half (MB/h) |\n|---|---|---|")
     print(f"| driver RSS (MB) | {result['driver_rss_max_mb']:.0f} | {result['driver_rss_slope_mb_per_h']:+.1f} |")
     print(f"| process tree RSS (MB) | {result['tree_rss_max_mb']:.0f} | {result['tree_rss_slope_mb_per_h']:+.1f} |")
