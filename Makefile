@@ -24,8 +24,8 @@ train: install
 
 # A short chunk-size sweep on the CPU preset (a few minutes on 2 cores); the summary table prints last.
 sweep: install
-	$(PY) train.py -m experiment=quick collector.transition_chunk_size=1,16,64 collector.total_frames=1500 \
-		eval.every=1500 eval.video=false checkpoint.every=0 $(ARGS)
+	$(PY) train.py -m experiment=quick collector.transition_chunk_size=1,16,64 collector.total_frames=2000 \
+		logger.every=100 eval.every=2000 eval.video=false checkpoint.every=0 $(ARGS)
 
 # Evaluate a checkpoint: make eval CKPT=outputs/.../checkpoints [ARGS="eval.episodes=10"]
 eval: install

@@ -6,8 +6,8 @@
 Starts `train.py` (default: the CPU preset, experiment=quick, with a budget it will not reach)
 and every `--every` seconds samples the driver's RSS, the whole tree's RSS and the number of
 processes. At the end it stops the run with SIGINT (as Ctrl-C would) and prints the samples, the
-maximum and the least-squares slope of each series over the second half of the run (after replay
-and caches have warmed up), in MB per hour. Samples also go to soak.json in the run dir.
+maximum and the least-squares slope of each series over the second half of the steady-state
+samples (the usual process count: not start-up or shutdown), in MB per hour; all go to soak.json.
 """
 from __future__ import annotations
 
@@ -101,13 +101,19 @@ def main(argv: list[str] | None = None) -> None:
         if proc.poll() is None and not args.attach:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: final checkpoint, workers stopped
             proc.wait(timeout=120)
+    # Steady state: the samples with the usual process count (not start-up or shutdown).
+    usual = max(set(s["processes"] for s in samples), key=[s["processes"] for s in samples].count)
+    steady = [s for s in samples if s["processes"] == usual]
     left = [p for p in psutil.process_iter(["cmdline"]) if args.run_dir in " ".join(p.info["cmdline"] or [])]
     result = {
         "minutes": args.minutes, "samples": samples, "exit_code": proc.returncode, "processes_left": len(left),
-        "driver_rss_max_mb": max(s["driver_rss_mb"] for s in samples),
-        "tree_rss_max_mb": max(s["tree_rss_mb"] for s in samples),
-        "driver_rss_slope_mb_per_h": slope_per_hour(samples, "driver_rss_mb"),
-        "tree_rss_slope_mb_per_h": slope_per_hour(samples, "tree_rss_mb"),
+        "steady_samples": len(steady),
+        "driver_rss_max_mb": max(s["driver_rss_mb"] for s in steady),
+        "tree_rss_max_mb": max(s["tree_rss_mb"] for s in steady),
+        "driver_rss_first_last_mb": [steady[0]["driver_rss_mb"], steady[-1]["driver_rss_mb"]],
+        "tree_rss_first_last_mb": [steady[0]["tree_rss_mb"], steady[-1]["tree_rss_mb"]],
+        "driver_rss_slope_mb_per_h": slope_per_hour(steady, "driver_rss_mb"),
+        "tree_rss_slope_mb_per_h": slope_per_hour(steady, "tree_rss_mb"),
         "processes_max": max(s["processes"] for s in samples), "processes_min": min(s["processes"] for s in samples),
     }
     Path(ROOT / args.run_dir).mkdir(parents=True, exist_ok=True)
@@ -115,9 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     ending = ("left running (attached)" if args.attach else
               f"train.py exit code {proc.returncode} after SIGINT, {len(left)} processes left")
     print(f"\n{len(samples)} samples over {args.minutes:g} min; {ending}")
-    print("| series | max | slope over 2nd half (MB/h) |\n|---|---|---|")
-    print(f"| driver RSS (MB) | {result['driver_rss_max_mb']:.0f} | {result['driver_rss_slope_mb_per_h']:+.1f} |")
-    print(f"| process tree RSS (MB) | {result['tree_rss_max_mb']:.0f} | {result['tree_rss_slope_mb_per_h']:+.1f} |")
+    print(f"steady state: {len(steady)} samples with {usual} processes\n")
+    print("| series | first | last | max | slope over 2nd half (MB/h) |\n|---|---|---|---|---|")
+    for name, key in (("driver RSS (MB)", "driver_rss"), ("process tree RSS (MB)", "tree_rss")):
+        first, last = result[f"{key}_first_last_mb"]
+        print(f"| {name} | {first:.0f} | {last:.0f} | {result[f'{key}_max_mb']:.0f} | "
+              f"{result[f'{key}_slope_mb_per_h']:+.1f} |")
     print(f"| processes | {result['processes_max']} (min {result['processes_min']}) | |")
 
 

@@ -345,7 +345,16 @@ class _Loop:
                 if t.updates < target:
                     if target - t.updates > lag_allowed:
                         t.hold_collection(True)  # until caught up: pausing costs a worker round trip
-                    progress.add_losses(t.update())
+                    if t.updates == 0:
+                        # The first update: torch.compile / CUDA-graph capture, or cold eager caches.
+                        # Collection paused: torchrl wants the replay writer quiescent for capture (a
+                        # storage written during an interrupted compile was left broken), and the
+                        # uniform-random prefill policy would otherwise race ~800 steps past the ratio
+                        # meanwhile. Compiling takes minutes on a CPU: a stop signal raises at once.
+                        with t.collection_paused(), self.stop.immediate():
+                            progress.add_losses(t.update())
+                    else:
+                        progress.add_losses(t.update())
                 else:
                     t.hold_collection(False)
                     if frames >= total:

@@ -10,9 +10,9 @@ Runs by itself at the end of every multirun (the `SweepSummary` Hydra callback i
 Writes SWEEP_DIR/summary.{md,json,png}, prints the Markdown table and, when the runs log to wandb,
 logs the table and plot as a "sweep-summary" run in the sweep's wandb group.
 
-Throughput is measured over a steady-state window: from the first metrics row after learning has
-begun (prefill and any compile/CUDA-graph warm-up lie before it) to the last row before the env-step
-budget was reached (after it the workers are stopping).
+Throughput is measured over a steady-state window: from the second metrics row after learning has
+begun (prefill and the first, compiled or cold, update lie before it) to the last row before the
+env-step budget was reached (after it the workers are stopping).
 """
 from __future__ import annotations
 
@@ -62,9 +62,11 @@ def summarize(rows: list[dict], budget: int | None = None) -> dict:
     """Steady-state throughput, peak memory and eval returns of one run's metrics rows."""
     timed = [r for r in rows if "time/elapsed_s" in r and "train/updates" in r]
     learning = [r for r in timed if r["train/updates"] > 0]
-    window = [r for r in learning if budget is None or r["step"] < budget]
-    if len(window) < 2:  # too short for a steady window: use every timed row
-        window = timed
+    # From the second learning row: the first one closes the window holding prefill's end and the
+    # first (compiled / cold) update.
+    window = [r for r in learning[1:] if budget is None or r["step"] < budget]
+    if len(window) < 2:  # too short for a steady window: every learning row, else every timed row
+        window = learning if len(learning) >= 2 else timed
     out: dict = {"window_steps": None}
     if len(window) >= 2:
         first, last = window[0], window[-1]

@@ -15,6 +15,7 @@ import signal
 class StopRequest:
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self._immediate = False
 
     def install(self) -> "StopRequest":
         signal.signal(signal.SIGINT, self._handle)
@@ -25,6 +26,19 @@ class StopRequest:
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C
         self.signal_name = signal.Signals(signum).name
+        if self._immediate:
+            raise KeyboardInterrupt(self.signal_name)
+
+    @contextlib.contextmanager
+    def immediate(self):
+        """Inside, a signal raises at once: for long main-thread work that holds no collector lock
+        (torch.compile / CUDA-graph warm-up can take minutes)."""
+        self.check()
+        self._immediate = True
+        try:
+            yield
+        finally:
+            self._immediate = False
 
     @property
     def requested(self) -> bool:

@@ -133,3 +133,27 @@ def test_a_killed_worker_stops_the_run_with_an_error_and_a_checkpoint():
     finally:
         for leftover in processes_tagged(tag):
             leftover.kill()
+
+
+@pytest.mark.slow
+def test_sigterm_during_compile_warm_up_stops_within_10_s():
+    """torch.compile of the first update takes minutes on CPU; a stop request must not wait for it."""
+    tag = uuid.uuid4().hex
+    proc = start_long_run(tag, "learner.compile=true")
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run_dir(tag) / "metrics.jsonl"
+        while time.monotonic() < deadline:  # near the end of prefill (200 steps; rows every 50)
+            assert proc.poll() is None, proc.stdout.read()
+            if metrics.exists() and any(r["step"] >= 150 for r in read_metrics(metrics)):
+                break
+            time.sleep(0.5)
+        time.sleep(8)  # prefill done, the first update compiling (no metrics rows while it does)
+        assert not any(r.get("train/updates", 0) > 0 for r in read_metrics(metrics)), "compiled already?"
+        proc.send_signal(signal.SIGTERM)
+        wait_gone(proc, tag, 10)
+        assert proc.returncode == 130
+        assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] == 0
+    finally:
+        for leftover in processes_tagged(tag):
+            leftover.kill()

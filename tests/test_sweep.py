@@ -52,7 +52,7 @@ def test_report_cli_rebuilds_the_summary_and_rejects_an_empty_dir(tmp_path):
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra" / "overrides.yaml").write_text(f"- collector.transition_chunk_size={job}\n- seed=3\n")
         rows = [{"step": s, "train/updates": u, "time/elapsed_s": t, "system/tree_rss_mb": 100.0 + s}
-                for s, u, t in ((100, 0, 10.0), (200, 5, 20.0), (400, 25, 20.0 + 200 / rate))]
+                for s, u, t in ((100, 0, 10.0), (150, 1, 15.0), (200, 5, 20.0), (400, 25, 20.0 + 200 / rate))]
         rows.append({"step": 400, "eval/return": 7.0})
         (tmp_path / job / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     out = subprocess.run([sys.executable, "-m", "dreamer.report", str(tmp_path)], cwd=ROOT,
@@ -66,6 +66,7 @@ def test_report_cli_rebuilds_the_summary_and_rejects_an_empty_dir(tmp_path):
 
 def test_steady_window_skips_prefill_and_the_rows_after_the_budget():
     rows = [{"step": 100, "train/updates": 0, "time/elapsed_s": 50.0},   # prefill (and compile) time
+            {"step": 150, "train/updates": 1, "time/elapsed_s": 55.0},   # the first update
             {"step": 200, "train/updates": 10, "time/elapsed_s": 60.0},
             {"step": 300, "train/updates": 20, "time/elapsed_s": 70.0,
              "collect/driver_cpu_ms_per_step": 0.5},
