@@ -118,3 +118,55 @@ def test_a_finite_update_resets_the_non_finite_streak(tmp_path):
     trainer.nonfinite_in_row = 1
     metrics = trainer.update()
     assert trainer.nonfinite_in_row == 0 and metrics["skipped_updates"] == 0
+
+
+def raise_at_step(n: int):
+    """An env transform raising on its n-th step: an env failing mid-episode inside a worker."""
+    from torchrl.envs import Transform
+
+    class RaiseAtStep(Transform):
+        steps = 0
+
+        def _step(self, tensordict, next_tensordict):
+            self.steps += 1
+            if self.steps == n:
+                raise RuntimeError("env failed mid-episode on purpose")
+            return next_tensordict
+
+    return RaiseAtStep()
+
+
+class FailingEnvFactory:
+    def __init__(self, inner, n: int):
+        self.inner, self.n = inner, n
+
+    def __call__(self):
+        env = self.inner()
+        env.append_transform(raise_at_step(self.n))
+        return env
+
+
+@pytest.mark.slow
+def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process(tmp_path, monkeypatch):
+    import dreamer.loop as loop
+    from tests.helpers import live_children
+
+    real = loop.env_factory
+
+    def second_env_fails(env_cfg, seed, extra_transform=None):
+        factory = real(env_cfg, seed=seed, extra_transform=extra_transform)
+        return FailingEnvFactory(factory, 150) if seed % 10_000 == 1 else factory
+
+    monkeypatch.setattr(loop, "env_factory", second_env_fails)
+    config = validate(composed(*SMALL, "collector.total_frames=100000", "eval.every=0", "checkpoint.every=0"))
+    with pytest.raises(RuntimeError) as err:
+        loop.train(config, tmp_path)
+    messages = []
+    e = err.value
+    while e is not None:
+        messages.append(str(e))
+        e = e.__cause__ or e.__context__
+    assert any("worker" in m or "mid-episode" in m for m in messages), messages
+    state = checkpoint.load(tmp_path / "checkpoints")
+    assert state["frames"] >= 100
+    assert live_children() == []
