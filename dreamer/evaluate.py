@@ -157,6 +157,10 @@ def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
     state = checkpoint.load(path)
     saved = dict(state["config"], resume=None)
     saved["checkpoint"] = dict(saved["checkpoint"], resume=None)  # paths of the training machine
+    # Training-machine settings that need its hardware (a GPU run's CUDA graph, static inference
+    # batch): evaluation picks its own device.
+    saved["learner"] = dict(saved["learner"], compile="auto", cudagraph="auto", bf16="auto", device="auto")
+    saved["collector"] = dict(saved["collector"], inference_static_batch_size=None, device="auto")
     cfg = OmegaConf.merge(OmegaConf.structured(Config), saved)
     if "env" in overrides:  # a preset of the env group
         preset = CONF_DIR / "env" / f"{overrides['env']}.yaml"

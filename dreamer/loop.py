@@ -332,7 +332,7 @@ class _Loop:
         t, total = self.t, self.cfg.collector.total_frames
         lag_allowed = max(1, int(self.cfg.collector.frames_per_batch / t.steps_per_update))
         progress = Progress(total, t.frames, t.updates)
-        finished = False
+        finished, first_update = False, True  # first in this process (a resumed run compiles again)
         try:
             t.start_collector()
             while True:
@@ -345,7 +345,7 @@ class _Loop:
                 if t.updates < target:
                     if target - t.updates > lag_allowed:
                         t.hold_collection(True)  # until caught up: pausing costs a worker round trip
-                    if t.updates == 0:
+                    if first_update:
                         # The first update: torch.compile / CUDA-graph capture, or cold eager caches.
                         # Collection paused: torchrl wants the replay writer quiescent for capture (a
                         # storage written during an interrupted compile was left broken), and the
@@ -353,6 +353,7 @@ class _Loop:
                         # meanwhile. Compiling takes minutes on a CPU: a stop signal raises at once.
                         with t.collection_paused(), self.stop.immediate():
                             progress.add_losses(t.update())
+                        first_update = False
                     else:
                         progress.add_losses(t.update())
                 else:

@@ -34,3 +34,20 @@ def test_open_loop_frames_show_real_predicted_and_error_side_by_side():
     frames = open_loop_frames(agent, td, context=5, steps=50)
     assert frames.shape == (steps, 3, 64, 192) and frames.dtype == torch.uint8
     assert torch.equal(frames[..., :64], td["next", "pixels"])  # left third: the real frames
+
+
+def test_a_gpu_checkpoint_config_evaluates_on_this_machine(tmp_path):
+    """A checkpoint of the 64-env CUDA preset (static inference batch, CUDA graph) must load here."""
+    from omegaconf import OmegaConf
+
+    from dreamer import checkpoint
+    from dreamer.evaluate import cli_config
+    from tests.test_config import composed
+
+    saved = OmegaConf.to_container(composed("experiment=seed_pixel_64env", "learner.cudagraph=true"))
+    path = checkpoint.save(tmp_path / "checkpoints", 1000, {"config": saved, "frames": 1000, "updates": 10})
+    state, config, out = cli_config([f"checkpoint={path}", "eval.episodes=2"])
+    assert config.collector.inference_static_batch_size is None and config.learner.cudagraph == "auto"
+    assert config.eval.episodes == 2 and config.env.task == saved["env"]["task"]
+    assert out == tmp_path / "eval" and state["updates"] == 10
+    assert config.learner.device == "auto" and config.collector.device == "auto"
