@@ -1,4 +1,5 @@
 """Ctrl-C and SIGTERM stop train.py and every worker it started within 10 s, after a final checkpoint."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,20 @@ def start_long_run(tag: str, *extra: str) -> subprocess.Popen:
         start_new_session=True)  # its own process group, as a shell job in a terminal
 
 
+@contextlib.contextmanager
+def long_run(*extra: str):
+    """(tag, process) of a long train.py run; whatever is left of its process tree is killed after."""
+    tag = uuid.uuid4().hex
+    proc = start_long_run(tag, *extra)
+    try:
+        yield tag, proc
+    finally:
+        for leftover in processes_tagged(tag):
+            leftover.kill()
+        if proc.poll() is None:
+            proc.kill()
+
+
 def run_dir(tag: str) -> Path:
     return Path(f"/tmp/dreamer-test-{tag}")
 
@@ -47,9 +62,7 @@ def wait_for_learning(proc: subprocess.Popen, tag: str, timeout: float = 180) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_the_whole_process_tree(sig):
-    tag = uuid.uuid4().hex
-    proc = start_long_run(tag)
-    try:
+    with long_run() as (tag, proc):
         wait_for_learning(proc, tag)
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
@@ -63,11 +76,6 @@ def test_signal_stops_the_whole_process_tree(sig):
         assert proc.returncode == 130
         assert checkpoint.latest(run_dir(tag) / "checkpoints") is not None, "no final checkpoint"
         assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] > 0
-    finally:
-        for leftover in processes_tagged(tag):
-            leftover.kill()
-        if proc.poll() is None:
-            proc.kill()
 
 
 def wait_gone(proc: subprocess.Popen, tag: str, seconds: float) -> float:
@@ -82,23 +90,16 @@ def wait_gone(proc: subprocess.Popen, tag: str, seconds: float) -> float:
 
 @pytest.mark.slow
 def test_sigint_at_start_up_leaves_nothing():
-    tag = uuid.uuid4().hex
-    proc = start_long_run(tag)
-    try:
+    with long_run() as (tag, proc):
         time.sleep(1.0)  # Hydra composing, torch importing: no worker yet
         os.killpg(proc.pid, signal.SIGINT)
         wait_gone(proc, tag, 10)
         assert proc.returncode != 0
-    finally:
-        for leftover in processes_tagged(tag):
-            leftover.kill()
 
 
 @pytest.mark.slow
 def test_sigterm_during_prefill_writes_a_loadable_checkpoint():
-    tag = uuid.uuid4().hex
-    proc = start_long_run(tag, "learner.prefill_frames=1000000")  # never leaves prefill
-    try:
+    with long_run("learner.prefill_frames=1000000") as (tag, proc):  # never leaves prefill
         deadline = time.monotonic() + 120
         metrics = run_dir(tag) / "metrics.jsonl"
         while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
@@ -109,18 +110,13 @@ def test_sigterm_during_prefill_writes_a_loadable_checkpoint():
         assert proc.returncode == 130
         state = checkpoint.load(run_dir(tag) / "checkpoints")
         assert state["updates"] == 0 and state["frames"] > 0
-    finally:
-        for leftover in processes_tagged(tag):
-            leftover.kill()
 
 
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_run_with_an_error_and_a_checkpoint():
     """SIGKILL to a collector process (as the OOM killer does) must not hang the run: a worker killed
     while holding one of the collector's shared locks used to block the driver forever."""
-    tag = uuid.uuid4().hex
-    proc = start_long_run(tag)
-    try:
+    with long_run() as (tag, proc):
         wait_for_learning(proc, tag)
         victim = next(p for p in processes_tagged(tag)
                       if p.pid != proc.pid and "spawn_main" in " ".join(p.cmdline()))
@@ -130,17 +126,12 @@ def test_a_killed_worker_stops_the_run_with_an_error_and_a_checkpoint():
         assert proc.returncode == 1
         assert f"pid {victim.pid}" in output and "died" in output
         assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] > 0
-    finally:
-        for leftover in processes_tagged(tag):
-            leftover.kill()
 
 
 @pytest.mark.slow
 def test_sigterm_during_compile_warm_up_stops_within_10_s():
     """torch.compile of the first update takes minutes on CPU; a stop request must not wait for it."""
-    tag = uuid.uuid4().hex
-    proc = start_long_run(tag, "learner.compile=true")
-    try:
+    with long_run("learner.compile=true") as (tag, proc):
         deadline = time.monotonic() + 120
         metrics = run_dir(tag) / "metrics.jsonl"
         while time.monotonic() < deadline:  # near the end of prefill (200 steps; rows every 50)
@@ -154,6 +145,3 @@ def test_sigterm_during_compile_warm_up_stops_within_10_s():
         wait_gone(proc, tag, 10)
         assert proc.returncode == 130
         assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] == 0
-    finally:
-        for leftover in processes_tagged(tag):
-            leftover.kill()
