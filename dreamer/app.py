@@ -43,16 +43,19 @@ def run(config: Config) -> None:
     try:
         trainer = train(config, run_dir, metrics, resume=state, stop=stop)
     except KeyboardInterrupt:
+        metrics.close()
         print("interrupted: workers stopped", file=sys.stderr)
-        sys.exit(130)
+        # Checkpoint written, workers and wandb stopped. A stop during the CPU torch.compile of the
+        # first update leaves inductor's native threads mid-work; the interpreter's teardown then
+        # aborted once (SIGABRT instead of exit 130). Nothing is left to clean up, so skip it.
+        _exit_now(130)
     except CollectorFault as err:
         metrics.close()
         print(f"error: {err}. A checkpoint was written; resume=<run dir>/checkpoints continues the run.",
-              file=sys.stderr, flush=True)
-        sys.stdout.flush()
+              file=sys.stderr)
         # The dead process may hold one of the collector's shared locks: any later cleanup of the
         # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
-        os._exit(1)
+        _exit_now(1)
     except NonFiniteLossError as err:
         print(f"error: {err}; stopped with a checkpoint of the last finite weights", file=sys.stderr)
         sys.exit(1)
@@ -63,6 +66,13 @@ def run(config: Config) -> None:
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
                                                          if wandb_offline else "")
     print(f"run dir: {run_dir} ({outputs})")
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown, once everything that matters is closed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def checkpoint_bytes(config: Config) -> int:

@@ -143,5 +143,5 @@ def test_sigterm_during_compile_warm_up_stops_within_10_s():
         assert not any(r.get("train/updates", 0) > 0 for r in read_metrics(metrics)), "compiled already?"
         proc.send_signal(signal.SIGTERM)
         wait_gone(proc, tag, 10)
-        assert proc.returncode == 130
+        assert proc.returncode == 130, proc.stdout.read()[-4000:]
         assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] == 0
