@@ -46,8 +46,8 @@ bench-collector: install
 bench-learner: install
 	$(PY) -m benchmarks.learner $(ARGS)
 
-bench-learning: install   # 3 seeds x ~30 min on 2 cores
-	$(PY) -m benchmarks.learning $(ARGS)
+bench-learning: install   # 3 seeds side by side, ~75 min on 2 cores (one seed alone: ~30 min)
+	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
 	$(PY) -m benchmarks.soak $(ARGS)

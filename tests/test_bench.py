@@ -46,8 +46,46 @@ def test_soak_slope_is_measured_over_the_second_half():
 def test_learning_benchmark_reads_the_preset_task_and_measures_random_returns():
     from benchmarks.learning import preset_env, random_return
 
-    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 4)
-    assert preset_env("learn_cpu", ["env.action_repeat=2"]) == ("cartpole", "swingup", 2)
+    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 2)
+    assert preset_env("learn_cpu", ["env.action_repeat=4"]) == ("cartpole", "swingup", 4)
     assert preset_env("quick", []) == ("cartpole", "balance", 2)
     mean, std = random_return("cartpole", "swingup", 8, episodes=2)
     assert 0 < mean < 400 and std >= 0
+
+
+def fake_seed_runs(monkeypatch, fail_seed=None):
+    """start_seed replaced by a small process writing the scores.json a run would (return = 10 x seed),
+    recording the threads it was given and how many fake runs overlapped."""
+    import benchmarks.learning as learning
+
+    def start_seed(preset, seed, run_dir, overrides, threads):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        script = (f"import json, os, sys, time, pathlib; d = pathlib.Path({str(run_dir)!r}); "
+                  "live = d.parent / 'live'; live.mkdir(exist_ok=True); me = live / str(os.getpid()); me.touch(); "
+                  "time.sleep(1.5); n = len(list(live.iterdir())); me.unlink(); "
+                  f"(d / 'seen.json').write_text(json.dumps({{'threads': {threads!r}, 'overlap': n}})); "
+                  f"(d / 'scores.json').write_text(json.dumps([{{'split': 'eval', 'xs': [0, 100], "
+                  f"'ys': [1.0, {10.0 * seed}]}}])); sys.exit({1 if seed == fail_seed else 0})")
+        return subprocess.Popen([sys.executable, "-c", script], stderr=open(run_dir / "stderr.log", "w"))
+
+    monkeypatch.setattr(learning, "start_seed", start_seed)
+    return learning
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_learning_benchmark_runs_seeds_one_or_several_at_a_time(monkeypatch, tmp_path, parallel):
+    import json
+
+    learning = fake_seed_runs(monkeypatch)
+    curves = learning.train_seeds("learn_cpu", [0, 1, 2], tmp_path, [], parallel)
+    assert list(curves) == [0, 1, 2] and [c["ys"][-1] for c in curves.values()] == [0.0, 10.0, 20.0]
+    seen = [json.loads((tmp_path / f"seed{s}" / "seen.json").read_text()) for s in (0, 1, 2)]
+    assert max(s["overlap"] for s in seen) == parallel
+    expected_threads = None if parallel == 1 else max(1, (__import__("os").cpu_count() or 1) // parallel)
+    assert all(s["threads"] == expected_threads for s in seen)
+
+
+def test_learning_benchmark_stops_on_a_failed_seed(monkeypatch, tmp_path):
+    learning = fake_seed_runs(monkeypatch, fail_seed=1)
+    with pytest.raises(SystemExit, match="seed 1 failed"):
+        learning.train_seeds("learn_cpu", [0, 1, 2], tmp_path, [], 3)
