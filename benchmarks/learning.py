@@ -5,8 +5,8 @@
 
 Runs `python train.py experiment=<preset> seed=<s>` once per seed, one after another or --parallel N
 at a time (each then gets cores/N intra-op threads: a small eager learner uses a second core
-poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each run's scores.json (eval returns against env frames) and
-prints a table: task, budget, each seed's final eval return, the median, the uniform-random
+poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each
+run's scores.json (eval returns against env frames) and prints a table: task, budget, each seed's final eval return, the median, the uniform-random
 policy's mean return on the same task and action repeat (measured here), and the published
 reference where one exists. Curves go to <out>/curves.json and curves.png.
 """
@@ -75,8 +75,8 @@ def start_seed(preset: str, seed: int, run_dir: Path, overrides: list[str], thre
     print("+", " ".join(command[1:]), f"(OMP_NUM_THREADS={threads})" if threads else "", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     # stderr to a file, not a pipe: a pipe nobody reads while other seeds run could fill and block.
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(run_dir / "stderr.log", "w"), text=True)
+    with open(run_dir / "stderr.log", "w") as stderr:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def train_seeds(preset: str, seeds: list[int], out: Path, overrides: list[str], parallel: int) -> dict:
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides")
     args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error(f"--parallel must be >= 1 (got {args.parallel})")
     out = args.out or ROOT / "outputs" / f"learning-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     domain, task, repeat = preset_env(args.preset, args.overrides)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"uniform random policy on {name} (action repeat {repeat}): {rand_mean:.1f} +- {rand_std:.1f} "
           f"over {args.random_episodes} episodes", flush=True)
     seeds = [int(s) for s in args.seeds.split(",")]
-    curves = train_seeds(args.preset, seeds, out, args.overrides, max(1, args.parallel))
+    curves = train_seeds(args.preset, seeds, out, args.overrides, args.parallel)
     finals = [c["ys"][-1] for c in curves.values()]
     frames = min(c["xs"][-1] for c in curves.values())
     median = statistics.median(finals)

@@ -89,3 +89,9 @@ def test_learning_benchmark_stops_on_a_failed_seed(monkeypatch, tmp_path):
     learning = fake_seed_runs(monkeypatch, fail_seed=1)
     with pytest.raises(SystemExit, match="seed 1 failed"):
         learning.train_seeds("learn_cpu", [0, 1, 2], tmp_path, [], 3)
+
+
+def test_learning_benchmark_rejects_a_parallel_count_below_one():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.learning", "--parallel", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--parallel must be >= 1 (got 0)" in proc.stderr
