@@ -1,6 +1,7 @@
 """Builds the application's parts from the config and runs them."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -13,7 +14,9 @@ from omegaconf import OmegaConf
 from collectors.watchdog import CollectorFault
 from dreamer import checkpoint
 from dreamer.config import Config, ConfigError, replay_plan
-from dreamer.loop import NonFiniteLossError, train
+from dreamer.disk import DiskFullError
+from dreamer.loop import train
+from dreamer.trainer import STATE_KEYS, NonFiniteLossError
 from dreamer.metrics import MetricsLogger, sweep_group_name
 from dreamer.stop import StopRequest
 
@@ -42,30 +45,53 @@ def run(config: Config) -> None:
     start = time.monotonic()
     try:
         trainer = train(config, run_dir, metrics, resume=state, stop=stop)
-    except KeyboardInterrupt:
         metrics.close()
+    except KeyboardInterrupt:
+        _close_quietly(metrics)
         print("interrupted: workers stopped", file=sys.stderr)
         # Checkpoint written, workers and wandb stopped. A stop during the CPU torch.compile of the
         # first update leaves inductor's native threads mid-work; the interpreter's teardown then
         # aborted once (SIGABRT instead of exit 130). Nothing is left to clean up, so skip it.
         _exit_now(130)
     except CollectorFault as err:
-        metrics.close()
+        _close_quietly(metrics)
         print(f"error: {err}. A checkpoint was written; resume=<run dir>/checkpoints continues the run.",
               file=sys.stderr)
         # The dead process may hold one of the collector's shared locks: any later cleanup of the
         # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
         _exit_now(1)
     except NonFiniteLossError as err:
+        _close_quietly(metrics)
         print(f"error: {err}; stopped with a checkpoint of the last finite weights", file=sys.stderr)
         sys.exit(1)
-    finally:
-        metrics.close()
+    except DiskFullError as err:  # workers are stopped by now; the save left no partial file
+        _close_quietly(metrics)
+        print(f"error: {err}; {last_good_checkpoint(run_dir)}", file=sys.stderr)
+        sys.exit(1)
+    except BaseException:
+        _close_quietly(metrics)
+        raise
     elapsed = time.monotonic() - start
     print(f"trained to {trainer.frames} env steps ({trainer.updates} updates) in {elapsed:.0f} s")
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
                                                          if wandb_offline else "")
     print(f"run dir: {run_dir} ({outputs})")
+
+
+def _close_quietly(metrics: MetricsLogger) -> None:
+    """Close files and wandb on an error path: a second error (a full disk) must not hide the first."""
+    with contextlib.suppress(Exception):
+        metrics.close()
+
+
+def last_good_checkpoint(run_dir: str) -> str:
+    directory = os.path.join(run_dir, "checkpoints")
+    newest = checkpoint.latest(directory)
+    if newest is None:
+        return "no checkpoint was written in this run dir; free space and start again"
+    step = int(checkpoint.NAME.match(newest.name).group(1))
+    return (f"last good checkpoint: {newest} (env step {step}); free space, then resume={directory} "
+            "continues the run")
 
 
 def _exit_now(code: int) -> None:
@@ -104,7 +130,7 @@ def check_run_dir(run_dir: str, need: int) -> None:
 def load_resume_state(config: Config) -> dict | None:
     if config.checkpoint.resume is None:
         return None
-    state = checkpoint.load(config.checkpoint.resume)
+    state = checkpoint.load(config.checkpoint.resume, required=STATE_KEYS)
     now = OmegaConf.to_container(OmegaConf.structured(config))
     keys = [(section, key) for section in MUST_MATCH_ON_RESUME for key in state["config"][section]]
     if state["replay"] is not None:  # one replay stream per env

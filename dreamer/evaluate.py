@@ -27,6 +27,7 @@ from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
 from dreamer.agent import DreamerAgent
+from dreamer.disk import writing
 from dreamer.policy import build_acting_policy, primer_factory
 
 OPEN_LOOP_CONTEXT = 5  # observed frames before the model imagines on its own (paper figure: 5)
@@ -125,7 +126,8 @@ def write_video(path: Path, frames: torch.Tensor, fps: int = 20) -> Path:
 
     array = frames.permute(0, 2, 3, 1).contiguous().numpy()
     # macro_block_size=1: 64x64 frames are not multiples of 16; keep them as they are.
-    imageio.mimwrite(path, array, fps=fps, macro_block_size=1)
+    with writing(path):
+        imageio.mimwrite(path, array, fps=fps, macro_block_size=1)
     return path
 
 
@@ -154,7 +156,7 @@ def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
     path = Path(overrides.pop("checkpoint"))
     if not path.exists():
         raise ConfigError("checkpoint", f"no such file or directory: {path}")
-    state = checkpoint.load(path)
+    state = checkpoint.load(path, required=("loss", "frames", "updates", "config"))
     saved = dict(state["config"], resume=None)
     saved["checkpoint"] = dict(saved["checkpoint"], resume=None)  # paths of the training machine
     # Training-machine settings that need its hardware (a GPU run's CUDA graph, static inference

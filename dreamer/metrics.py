@@ -5,10 +5,13 @@ wandb runs offline by default: no account or network; the run lands in `<run dir
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from pathlib import Path
+
+from dreamer.disk import writing
 
 
 class MetricsLogger:
@@ -30,34 +33,50 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict) -> None:
         clean = {k: _plain(v) for k, v in metrics.items()}
-        self._file.write(json.dumps({"step": step, **clean}) + "\n")
+        with writing(self.path):
+            self._file.write(json.dumps({"step": step, **clean}) + "\n")
         if self.wandb_run is not None:
             self.wandb_run.log(clean, step=step)
 
     def log_episodes(self, step: int, episodes: list[tuple[float, int]]) -> None:
         """Finished training episodes (return, length), each at the env step it was seen."""
-        for ret, length in episodes:
-            self._episodes.write(json.dumps({"step": step, "return": ret, "length": length}) + "\n")
+        with writing(self._episodes.name):
+            for ret, length in episodes:
+                self._episodes.write(json.dumps({"step": step, "return": ret, "length": length}) + "\n")
 
     def log_videos(self, step: int, videos: dict) -> None:
         """{name: mp4 path}: the paths go to the JSONL file, the videos to wandb."""
         if not videos:
             return
-        self._file.write(json.dumps({"step": step, **{k: str(v) for k, v in videos.items()}}) + "\n")
+        with writing(self.path):
+            self._file.write(json.dumps({"step": step, **{k: str(v) for k, v in videos.items()}}) + "\n")
         if self.wandb_run is not None:
             import wandb
 
             self.wandb_run.log({k: wandb.Video(str(v), format="mp4") for k, v in videos.items()}, step=step)
 
     def close(self) -> None:
-        self._file.close()
-        self._episodes.close()
+        """Closes the files and wandb (idempotent). A file that cannot be flushed (a full disk)
+        does not keep the others or wandb open: the first such error is raised after all closed."""
+        failed = None
+        for f in (self._file, self._episodes):
+            try:
+                with writing(f.name):
+                    f.close()
+            except OSError as err:
+                failed = failed or err
+                with contextlib.suppress(OSError):  # the unwritten lines are gone either way
+                    f.close()
         if self.wandb_run is not None:
             import wandb
 
-            self.wandb_run.finish()
-            self.wandb_run = None
-            wandb.teardown()  # stops the wandb-core service process now, not at interpreter exit
+            run, self.wandb_run = self.wandb_run, None
+            try:
+                run.finish()
+            finally:
+                wandb.teardown()  # stops the wandb-core service process now, not at interpreter exit
+        if failed is not None:
+            raise failed
 
 
 def _plain(value):

@@ -13,6 +13,8 @@ import json
 import math
 from pathlib import Path
 
+from dreamer.disk import writing
+
 from dreamer.metrics import read_metrics
 
 METHOD = "dreamer-app"
@@ -38,8 +40,12 @@ def run_records(run_dir: str | Path, task: str, seed: int, action_repeat: int) -
 def write_scores(run_dir: str | Path, task: str, seed: int, action_repeat: int) -> Path:
     path = Path(run_dir) / "scores.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(run_records(run_dir, task, seed, action_repeat)))
-    tmp.replace(path)
+    try:
+        with writing(path):
+            tmp.write_text(json.dumps(run_records(run_dir, task, seed, action_repeat)))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

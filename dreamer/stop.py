@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class StopRequest:
     def __init__(self) -> None:
         self.signal_name: str | None = None
-        self._immediate = False
 
     def install(self) -> "StopRequest":
         signal.signal(signal.SIGINT, self._handle)
@@ -26,19 +29,31 @@ class StopRequest:
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C
         self.signal_name = signal.Signals(signum).name
-        if self._immediate:
-            raise KeyboardInterrupt(self.signal_name)
 
-    @contextlib.contextmanager
-    def immediate(self):
-        """Inside, a signal raises at once: for long main-thread work that holds no collector lock
-        (torch.compile / CUDA-graph warm-up can take minutes)."""
+    def wait_for(self, work: Callable[[], T]) -> T:
+        """Runs `work` on a helper thread while the main thread waits, honouring a stop request
+        within 0.1 s: for long work that holds no collector lock (torch.compile / CUDA-graph
+        warm-up of the first update: minutes on a CPU). Raising from the signal handler into the
+        compiling main thread instead aborted the process when the exception crossed torch's C++
+        frames (std::terminate, exit -6). After a stop the work may still be running: the caller
+        writes its checkpoint and exits the process without waiting for it."""
         self.check()
-        self._immediate = True
-        try:
-            yield
-        finally:
-            self._immediate = False
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as err:  # re-raised on the main thread
+                outcome["error"] = err
+
+        thread = threading.Thread(target=run, name="dreamer-first-update", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            self.check()
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
 
     @property
     def requested(self) -> bool:

@@ -45,7 +45,8 @@ def test_a_gpu_checkpoint_config_evaluates_on_this_machine(tmp_path):
     from tests.test_config import composed
 
     saved = OmegaConf.to_container(composed("experiment=seed_pixel_64env", "learner.cudagraph=true"))
-    path = checkpoint.save(tmp_path / "checkpoints", 1000, {"config": saved, "frames": 1000, "updates": 10})
+    path = checkpoint.save(tmp_path / "checkpoints", 1000, {"config": saved, "frames": 1000, "updates": 10,
+                                                                      "loss": {}})
     state, config, out = cli_config([f"checkpoint={path}", "eval.episodes=2"])
     assert config.collector.inference_static_batch_size is None and config.learner.cudagraph == "auto"
     assert config.eval.episodes == 2 and config.env.task == saved["env"]["task"]

@@ -6,7 +6,7 @@ from tensordict import TensorDict
 from collectors.episodes import EpisodeTracker
 from collectors.replay import ENV_INDEX
 from dreamer import checkpoint
-from dreamer.loop import Trainer
+from dreamer.trainer import Trainer
 from tests.test_config import composed
 from dreamer.app import load_resume_state
 from dreamer.config import ConfigError, validate
@@ -91,7 +91,7 @@ def test_resume_with_another_env_count_fails_at_start_up_naming_the_key(tmp_path
 
 
 def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
-    from dreamer.loop import NonFiniteLossError
+    from dreamer.trainer import NonFiniteLossError
 
     trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=3")), tmp_path)
     trainer.collector_stopped = True  # no collector here: weight pushes are no-ops
@@ -149,15 +149,16 @@ class FailingEnvFactory:
 @pytest.mark.slow
 def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process(tmp_path, monkeypatch):
     import dreamer.loop as loop
+    import dreamer.trainer as trainer_module
     from tests.helpers import live_children
 
-    real = loop.env_factory
+    real = trainer_module.env_factory
 
     def second_env_fails(env_cfg, seed, extra_transform=None):
         factory = real(env_cfg, seed=seed, extra_transform=extra_transform)
         return FailingEnvFactory(factory, 150) if seed % 10_000 == 1 else factory
 
-    monkeypatch.setattr(loop, "env_factory", second_env_fails)
+    monkeypatch.setattr(trainer_module, "env_factory", second_env_fails)
     config = validate(composed(*SMALL, "collector.total_frames=100000", "eval.every=0", "checkpoint.every=0"))
     with pytest.raises(RuntimeError) as err:
         loop.train(config, tmp_path)

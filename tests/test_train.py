@@ -118,3 +118,24 @@ def test_evaluate_fails_clearly_on_bad_checkpoints_and_arguments(tmp_path, args,
     truncated.write_bytes(b"PK\x03\x04" + b"\0" * 100)  # a zip header, then nothing
     out = run_evaluate(*[a.format(truncated=truncated) for a in args], timeout=120)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_resume_from_a_dir_whose_newest_checkpoint_is_truncated_takes_the_previous_one(first_run, tmp_path):
+    import shutil
+
+    from dreamer import checkpoint
+
+    proc, first_dir, _ = first_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpts = tmp_path / "checkpoints"
+    shutil.copytree(first_dir / "checkpoints", ckpts)
+    older, newest = checkpoint.list_checkpoints(ckpts)[-2:]
+    newest.write_bytes(newest.read_bytes()[:1000])
+    older_frames = checkpoint.load(older)["frames"]
+    resumed = run_train(*RUN, f"collector.total_frames={older_frames}", f"resume={ckpts}", "logger=none",
+                        f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    warning = next(line for line in resumed.stderr.splitlines() if line.startswith("warning: skipped"))
+    assert newest.name in warning and older.name in warning
+    assert f"resuming at {older_frames} env steps" in resumed.stdout

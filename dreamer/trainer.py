@@ -1,0 +1,266 @@
+"""The trainer: the run's parts (agent, learner, replay, collector and its watchdog), the train-ratio
+arithmetic, one learner update, and the state a checkpoint holds (plain types only: see
+dreamer/checkpoint.py). The loop that drives it is dreamer/loop.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict, TensorDictBase
+
+from collectors.collector import build_collector
+from collectors.envs import action_dim, env_factory, observation_dim
+from collectors.episodes import EpisodeTracker
+from collectors.replay import SequenceReplay
+from collectors.watchdog import ProcessWatchdog
+from dreamer import checkpoint
+from dreamer.agent import ObsSpec, build_agent
+from dreamer.config import Config
+from dreamer.learner import Learner
+from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy, primer_factory
+from dreamer.stop import children_ignore_ctrl_c
+
+log = logging.getLogger(__name__)
+
+# What Trainer.state_dict writes: a checkpoint without these is not one of ours.
+STATE_KEYS = ("loss", "optimizer", "frames", "updates", "rng", "run_id", "replay", "config")
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class Trainer:
+    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None):
+        self.config, self.run_dir = config, Path(run_dir)
+        env_cfg, rep = config.env, config.replay
+        torch.manual_seed(config.seed)
+        self.obs = ObsSpec.from_env(env_cfg.obs, env_cfg.image_size,
+                                    vector_dim=observation_dim(env_cfg.domain, env_cfg.task))
+        self.action_dim = action_dim(env_cfg.domain, env_cfg.task)
+        self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
+                                 resolve_device(config.learner.device),
+                                 lr_warmup_steps=config.learner.lr_warmup_steps)
+        self.learner = Learner(self.agent, config.learner)
+        self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
+        self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length)
+        self.tracker = EpisodeTracker()
+        self.frames_at_start = 0
+        self.nonfinite_in_row = 0
+        self.synced_at = 0  # learner updates at the last weight push
+        self.run_id = None
+        if resume is not None:
+            self.load_state_dict(resume)
+        self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
+        self.collector = None
+        self.watchdog = None
+        self.collector_stopped = False
+        self._paused = None
+
+    # -- counters ---------------------------------------------------------------------------
+    @property
+    def frames(self) -> int:
+        return self.frames_at_start + self.tracker.frames
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def target_updates(self, frames: int) -> int:
+        """Updates the train ratio allows after `frames` env steps (0 before prefill ends)."""
+        prefill = self.config.learner.prefill_frames
+        if frames < prefill or not self.replay.can_sample():
+            return 0
+        return 1 + int((frames - prefill) / self.steps_per_update)
+
+    # -- collection -------------------------------------------------------------------------
+    def start_collector(self) -> None:
+        cfg, col = self.config, self.config.collector
+        primer = primer_factory(cfg.world_model, self.action_dim)
+        weights = {k: v.detach().cpu() for k, v in self.acting.state_dict().items()}
+        prefilling = self.frames < cfg.learner.prefill_frames
+        factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, explore=True,
+                                       device=resolve_device(col.device), state_dict=weights,
+                                       random_actions=prefilling)
+        # Replay keeps obs at t and the action; the learner takes obs[t+1] from the next record.
+        drop = tuple(("next", k) for k in self.obs.keys) + CARRY_KEYS + tuple(("next", k) for k in CARRY_KEYS)
+        self.collector = build_collector(
+            [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer)
+             for i in range(col.num_envs)],
+            factory,
+            frames_per_batch=col.frames_per_batch,
+            total_frames=col.total_frames - self.frames,
+            chunk_size=col.chunk_size(),
+            transport=col.transport,
+            static_batch_size=col.inference_static_batch_size,
+            policy_device=resolve_device(col.device),
+            replay=self.replay,
+            drop_keys=drop,
+            on_write=self.tracker,
+        )
+        before = {p.pid for p in psutil.Process().children()}
+        with children_ignore_ctrl_c():  # the server and workers start here
+            self.collector.start()
+        started = [p.pid for p in psutil.Process().children() if p.pid not in before
+                   and "resource_tracker" not in " ".join(_cmdline(p))]
+        self.watchdog = ProcessWatchdog(started).start()
+
+    def hold_collection(self, hold: bool) -> None:
+        """Pause (True) or resume (False) the collector; idempotent."""
+        if hold and self._paused is None and self.frames < self.config.collector.total_frames:
+            stack = contextlib.ExitStack()
+            with self.watchdog.guard():
+                stack.enter_context(self.collector.pause(timeout=60))
+            self._paused = stack
+        elif not hold and self._paused is not None:
+            paused, self._paused = self._paused, None
+            with self.watchdog.guard():
+                paused.close()
+
+    @contextlib.contextmanager
+    def collection_paused(self):
+        """Collection paused inside (as it was, after): for evaluation and checkpoints."""
+        held = self._paused is not None
+        self.hold_collection(True)
+        try:
+            yield
+        finally:
+            if not held:
+                self.hold_collection(False)
+
+    def check_collector(self) -> None:
+        self.watchdog.check()
+        thread = getattr(self.collector, "_replay_thread", None)
+        if thread is not None and not thread.is_alive() and self.frames < self.config.collector.total_frames:
+            self.collector.async_shutdown()  # re-raises the writer thread's error
+            raise RuntimeError("collection stopped before collector.total_frames")
+
+    def stop_collector(self) -> None:
+        """Stop workers and server (idempotent): once the budget is met they only cost CPU."""
+        if self.collector is None or self.collector_stopped:
+            return
+        self.collector_stopped = True
+        if self.watchdog.fault is not None:  # a process died: shutdown() could block on its locks
+            self.watchdog.kill_all()
+            return
+        self.watchdog.stop()
+        if self._paused is not None:
+            paused, self._paused = self._paused, None
+            paused.close()
+        self.collector.shutdown(raise_on_error=False)
+
+    def push_weights(self) -> None:
+        if not self.collector_stopped:
+            with self.watchdog.guard():
+                self.collector.update_policy_weights_(self.acting)
+        self.synced_at = self.updates
+
+    # -- learning ---------------------------------------------------------------------------
+    def update(self, push: bool = True) -> dict[str, float]:
+        """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
+        they were), the update still counts toward the train ratio, and after
+        learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
+        metrics = self.learner.step(self.replay.sample())
+        skipped = self.agent.optimizer.last_step_skipped or not all(math.isfinite(v) for v in metrics.values())
+        self.nonfinite_in_row = self.nonfinite_in_row + 1 if skipped else 0
+        metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}  # keep NaNs out of the averages
+        metrics["skipped_updates"] = float(self.agent.optimizer.skipped)
+        limit = self.config.learner.max_nonfinite_updates
+        if self.nonfinite_in_row >= limit:
+            raise NonFiniteLossError(f"{limit} updates in a row had non-finite losses or gradients "
+                                     "(learner.max_nonfinite_updates); the weights are those before them")
+        if push:
+            self.push_if_due()
+        return metrics
+
+    def push_if_due(self) -> None:
+        every = self.config.collector.policy_sync_every
+        if self.updates == 1 or self.updates - self.synced_at >= every:
+            self.push_weights()
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self, with_replay: bool) -> dict:
+        return {
+            "loss": self.agent.loss.state_dict(),
+            "optimizer": self.agent.optimizer.state_dict(),
+            "frames": self.frames,
+            "updates": self.updates,
+            "rng": rng_state(),
+            "run_id": self.run_id,
+            "replay": [_plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)] if with_replay else None,
+            "config": OmegaConf.to_container(OmegaConf.structured(self.config)),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.agent.loss.load_state_dict(state["loss"])
+        self.agent.optimizer.load_state_dict(state["optimizer"])
+        self.learner.updates = self.synced_at = state["updates"]
+        self.frames_at_start = state["frames"]
+        self.run_id = state["run_id"]
+        if state["replay"] is not None:
+            for env, stream in enumerate(state["replay"]):
+                if stream is not None:
+                    self.replay.member(env).extend(TensorDict(stream["data"], batch_size=[stream["length"]]))
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Path:
+        cfg = self.config.checkpoint
+        replay_gib = self.replay_bytes() / 2**30 if cfg.replay else 0.0
+        with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb
+        if cfg.replay and not with_replay:
+            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay", replay_gib)
+        return checkpoint.save(self.run_dir / "checkpoints", self.frames, self.state_dict(with_replay), cfg.keep)
+
+    def replay_bytes(self) -> int:
+        total = 0
+        for env in range(self.replay.num_envs):
+            member = self.replay.member(env)
+            if len(member):
+                total += member.storage[:1].bytes() * len(member)
+        return total
+
+
+def _plain_stream(stream: TensorDictBase | None) -> dict | None:
+    """A replay stream as nested dicts of tensors (a checkpoint holds only plain types)."""
+    return None if stream is None else {"data": stream.to_dict(), "length": stream.shape[0]}
+
+
+def rng_state() -> dict:
+    """Every RNG's state in plain types (tensors, lists, numbers) for a weights-only checkpoint."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos,
+                                                        has_gauss, cached],
+             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
