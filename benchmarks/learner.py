@@ -24,7 +24,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def replay_batch(batch: int, length: int, action_dim: int) -> TensorDict:
-    """A [B, T] batch in the replay's format (root pixels, action, is_init, next reward/flags)."""
+    """A [B, T] batch of replay records (root pixels, action, is_init, next reward/flags): T - 1 trained steps."""
     g = torch.Generator().manual_seed(0)
     is_init = torch.zeros(batch, length, 1, dtype=torch.bool)
     is_init[:, 0] = True
@@ -59,7 +59,7 @@ def main(argv=None) -> None:
         cfg = validate(compose(config_name="config", overrides=[f"world_model={args.size}", "learner.compile=false"]))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     obs, action_dim = ObsSpec.from_env("pixels", 64), 6
-    batch = replay_batch(args.batch, args.length, action_dim)
+    batch = replay_batch(args.batch, args.length + 1, action_dim)  # + the context record
     rows = []
     for compiled in ([False, True] if args.compile else [False]):
         cfg.learner.compile = compiled

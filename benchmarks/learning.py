@@ -8,7 +8,8 @@ at a time (each then gets cores/N intra-op threads: a small eager learner uses a
 poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each
 run's scores.json (eval returns against env frames) and prints a table: task, budget, each seed's final eval return, the median, the uniform-random
 policy's mean return on the same task and action repeat (measured here), and the published
-reference where one exists. Curves go to <out>/curves.json and curves.png.
+official DreamerV3 median at the same env frames (benchmarks/reference/<suite>_<task>.json, read
+from the official score files) where one is checked in. Curves go to <out>/curves.json and curves.png.
 """
 from __future__ import annotations
 
@@ -25,16 +26,25 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# DreamerV3 DMC Vision, official score files (github.com/danijar/dreamerv3, scores/), env frames.
-REFERENCES = {
-    "dmc_walker_walk": {500_000: 940, 1_000_000: 960},
-    "dmc_cheetah_run": {500_000: 655, 1_000_000: 832},
-}
-REFERENCE_SOURCE = "DreamerV3 official DMC Vision scores (approx.)"
+REFERENCE_DIR = ROOT / "benchmarks" / "reference"  # official DreamerV3 curves (small JSON, source inside)
 
 
-def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int]:
-    """(domain, task, action_repeat) the preset trains on (after env.* overrides)."""
+def reference_at(suite: str, task: str, frames: int) -> dict | None:
+    """The official DreamerV3 median (and min, max over seeds) at `frames` env frames, each seed's
+    curve linearly interpolated there; None without a reference file for the task."""
+    import numpy as np
+
+    path = REFERENCE_DIR / f"{suite}_{task}.json"
+    if not path.exists():
+        return None
+    ref = json.loads(path.read_text())
+    values = [float(np.interp(frames, r["xs"], r["ys"])) for r in ref["records"]]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "seeds": len(values), "source": ref["source"]}
+
+
+def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int, str]:
+    """(domain, task, action_repeat, obs) the preset trains on (after env.* overrides)."""
     exp = yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text())
     env_name = next((d["override /env"] for d in exp.get("defaults", []) if isinstance(d, dict)
                      and "override /env" in d), "dmc_walker_walk")
@@ -44,12 +54,14 @@ def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int]:
         key, _, value = item.partition("=")
         if key.startswith("env."):
             env[key[4:]] = yaml.safe_load(value)
-    return env["domain"], env["task"], int(env["action_repeat"])
+    return env["domain"], env["task"], int(env["action_repeat"]), env["obs"]
 
 
 def random_return(domain: str, task: str, action_repeat: int, episodes: int) -> tuple[float, float]:
     """Mean and std of the return of uniform random actions (the prefill policy), from dm_control."""
     import numpy as np
+
+    import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
     from dm_control import suite
 
     returns = []
@@ -142,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--parallel must be >= 1 (got {args.parallel})")
     out = args.out or ROOT / "outputs" / f"learning-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    domain, task, repeat = preset_env(args.preset, args.overrides)
-    name = f"dmc_{domain}_{task}"
+    domain, task, repeat, obs = preset_env(args.preset, args.overrides)
+    name, suite = f"dmc_{domain}_{task}", "dmc_proprio" if obs == "proprio" else "dmc_vision"
     rand_mean, rand_std = random_return(domain, task, repeat, args.random_episodes)
     print(f"uniform random policy on {name} (action repeat {repeat}): {rand_mean:.1f} +- {rand_std:.1f} "
           f"over {args.random_episodes} episodes", flush=True)
@@ -152,16 +164,29 @@ def main(argv: list[str] | None = None) -> None:
     finals = [c["ys"][-1] for c in curves.values()]
     frames = min(c["xs"][-1] for c in curves.values())
     median = statistics.median(finals)
-    refs = REFERENCES.get(name, {})
-    ref = ", ".join(f"{v} at {k:,}" for k, v in refs.items()) + f" ({REFERENCE_SOURCE})" if refs else "none at this budget"
+    ref = reference_at(suite, f"{domain}_{task}", frames)
     (out / "curves.json").write_text(json.dumps({"task": name, "preset": args.preset, "random_mean": rand_mean,
-                                                 "random_std": rand_std, "curves": curves}, indent=2))
+                                                 "random_std": rand_std, "reference": ref, "curves": curves},
+                                                indent=2))
     plot(curves, rand_mean, f"{args.preset}: {name}", out / "curves.png")
     print(f"\ncurves: {out / 'curves.json'}, {out / 'curves.png'}\n")
-    print("| task | env frames | seed returns | median | random policy | median / random | reference |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {name} | {frames:,} | {', '.join(f'{f:.0f}' for f in finals)} | {median:.1f} | "
-          f"{rand_mean:.1f} | {median / rand_mean if rand_mean else float('inf'):.2f}x | {ref} |")
+    print(format_table(name, frames, finals, rand_mean, ref))
+
+
+def format_table(name: str, frames: int, finals: list[float], rand_mean: float, ref: dict | None) -> str:
+    median = statistics.median(finals)
+    ratio = f"{median / rand_mean:.2f}x" if rand_mean else "-"
+    official = (f"{ref['median']:.1f} ({ref['min']:.0f}-{ref['max']:.0f}, {ref['seeds']} seeds)" if ref
+                else "no reference file")
+    versus = f"{median / ref['median']:.2f}x" if ref else "-"
+    rows = ["| task | env frames | seed returns | median | random policy | median / random "
+            "| official DreamerV3 median (min-max) | median / official |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {name} | {frames:,} | {', '.join(f'{f:.0f}' for f in finals)} | {median:.1f} | {rand_mean:.1f} "
+            f"| {ratio} | {official} | {versus} |"]
+    if ref:
+        rows.append(f"\nofficial: {ref['source']}, each seed interpolated at {frames:,} env frames")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

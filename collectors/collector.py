@@ -20,7 +20,6 @@ import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import AsyncBatchedCollector
-from torchrl.envs import ExcludeTransform
 from torchrl.modules.inference_server import InferenceDeviceConfig, InferenceServerConfig
 
 log = logging.getLogger(__name__)
@@ -41,13 +40,14 @@ def build_collector(
     static_batch_size: int | None = None,
     policy_device: str = "cpu",
     replay=None,
-    drop_keys: tuple = (),
+    records=None,
     on_write=None,
 ) -> AsyncBatchedCollector:
     """An AsyncBatchedCollector writing chunks into `replay` (a SequenceReplay), or yielding batches.
 
-    `drop_keys` are removed before storage (e.g. ("next", "pixels"): the next record holds them).
-    `on_write(td)` sees every batch before it is stored, on the writer thread (an EpisodeTracker).
+    `records(td)` turns each batch into what replay stores (collectors/records.py ReplayRecords);
+    without it transitions are stored as collected. `on_write(td)` sees every batch before it is
+    stored, after `records`, on the writer thread (an EpisodeTracker).
     """
     num_envs = len(env_fns)
     if static_batch_size is not None and torch.device(policy_device).type != "cuda":
@@ -82,7 +82,7 @@ def build_collector(
         device_config=InferenceDeviceConfig(
             policy_device=policy_device, output_device="cpu", env_device="cpu", storing_device="cpu"),
         replay_buffer=replay.buffer if replay is not None else None,
-        postproc=ExcludeTransform(*drop_keys) if drop_keys else None,
+        postproc=records,
         post_collect_hook=on_write,
     )
     if transport == "process_slot" and collector.server_backend != "process":

@@ -10,6 +10,7 @@ import time
 
 from tensordict import TensorDictBase
 
+from collectors.records import transitions_in
 from collectors.replay import ENV_INDEX
 
 
@@ -24,6 +25,9 @@ class EpisodeTracker:
 
     def __call__(self, td: TensorDictBase) -> None:
         td = td.reshape(-1)
+        steps = transitions_in(td)
+        if not steps.all():
+            td = td[steps]  # an episode's final-observation record is not an env step
         envs = td[ENV_INDEX].reshape(-1).tolist()
         rewards = td["next", "reward"].reshape(-1).tolist()
         dones = td["next", "done"].reshape(-1).tolist()

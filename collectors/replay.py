@@ -52,7 +52,8 @@ class SequenceReplay:
         self.buffer.extend(transitions)
 
     def sample(self) -> TensorDictBase:
-        """A [batch_size, batch_length] batch of consecutive transitions, one env per row."""
+        """A [batch_size, batch_length] batch of consecutive records, one env per row, with their
+        storage places under ("index", "index"/"buffer_ids")."""
         batch = self.buffer.sample()
         return batch.reshape(self.batch_size, self.batch_length)
 
@@ -66,6 +67,26 @@ class SequenceReplay:
 
     def can_sample(self) -> bool:
         return any(size >= self.batch_length for size in self.sizes())
+
+    def write_back(self, index: TensorDictBase, values: TensorDictBase, step_count: torch.Tensor) -> int:
+        """Writes `values` (e.g. {"replay_context": ...}) into the stored records at `index` (a
+        sample's ("index", "index"/"buffer_ids")). A row whose stored step_count differs from
+        `step_count` was overwritten since it was sampled (the ring wrapped) and is left alone.
+        Returns the rows written. The collector may write other rows meanwhile: no shared state
+        beyond the rows' own tensor slices is touched."""
+        ids, rows = index["buffer_ids"].reshape(-1), index["index"].reshape(-1)
+        values, step_count = values.reshape(-1), step_count.reshape(-1)
+        written = 0
+        for env in ids.unique().tolist():
+            mine = ids == env
+            stored = self.member(env).storage._storage  # the ring's TensorDict of preallocated tensors
+            env_rows = rows[mine]
+            same = stored["step_count"][env_rows].reshape(-1) == step_count[mine]
+            env_rows, env_values = env_rows[same], values[mine][same]
+            for key in env_values.keys(True, True):
+                stored[key][env_rows] = env_values[key]
+            written += int(same.sum())
+        return written
 
     def member(self, env: int) -> TensorDictReplayBuffer:
         return self.buffer._rbs[env]

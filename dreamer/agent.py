@@ -1,26 +1,28 @@
 """DreamerV3 agent assembled from torchrl 0.14.1's maintained parts.
 
 Only the small continuous actor head is ours (torchrl ships no continuous DreamerV3 actor).
-Sizes follow the v1 paper mapping (arXiv 2301.04104v1, Table B.1): deter -> GRU units,
-hidden -> RSSM hidden units, mlp_units/mlp_layers -> every MLP (encoder, decoder, heads, actor,
-critic), cnn_depth -> first conv width with channel multipliers (1, 2, 4, 8).
+Sizes (dreamer/config.py WorldModelConfig): deter -> GRU units, hidden -> RSSM hidden units,
+stoch x classes -> latent, cnn_depth x cnn_mults -> conv stages, mlp_units -> every MLP's width,
+mlp_layers / head_layers / policy_layers -> depth of the vector encoder and decoder / reward and
+continue heads / actor and critic. Loss scales and the optimizer come from LearnerConfig.
 
-Where torchrl's defaults deviate from the paper and what we pass instead (see the KL/unimix/...
-notes inline):
+Where torchrl's defaults deviate from the official DreamerV3 and what we pass instead:
   * KL: default kl_mode="balanced" clamps each categorical at 1 nat (32 free nats in effect)
-    -> kl_mode="separate" (sum over latents, then free bits), with the config's dyn/rep scales.
+    -> kl_mode="separate" (sum over latents, then free nats), with learner.loss_dyn / loss_rep.
   * unimix: 0.0 by default in prior, posterior and model loss -> wm_cfg.unimix (0.01) in all three.
   * recurrent model: default "gru" is the legacy cell -> "block_gru" with wm_cfg.blocks.
   * posterior: default use_rms_norm=False is legacy -> True.
   * pixel loss: default reco_symlog=True symlogs raw uint8 targets (loss ~1e5 at init)
-    -> False for pixels (MSE on x/255), True for vectors (symlog MSE, as the paper).
+    -> False for pixels (MSE on x/255), True for vectors (symlog MSE).
   * continue loss: off by default (lambda_continue=0) -> 1.0, and the actor imagines
-    termination only when given a continuation model -> we pass one.
+    termination only when given a continuation model -> we pass one. (Without it torchrl's
+    actor target is also a one-step TD target instead of the lambda-return: the value estimator
+    reads the trailing size-1 dim as time.)
   * slow critic: exists only with slow_critic_regularization>0 and a SoftUpdate -> 1.0, tau 0.02.
-  * reward/value two-hot bins live in raw space (JAX repo), not symlog space as in the v1 text.
-  * optimizer: one LaProp+AGC optimizer (JAX repo), not v1's Adam with grad-norm clipping;
-    we keep the config's per-part learning rates as parameter groups. The config's
-    *_grad_clip keys are not used (AGC 0.3 replaces them).
+  * actor: use_reinforce=False (dynamics backprop) by default -> learner.actor_grad, "reinforce"
+    as the official code does for every action space.
+  * optimizer: torchrl's LaProp + AGC (official), with per-part learning rates as parameter
+    groups (all learner.lr unless overridden).
 """
 from __future__ import annotations
 
@@ -64,8 +66,7 @@ from torchrl.objectives.utils import ValueEstimators
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
-CNN_MULTS = (1, 2, 4, 8)  # v1 paper: channels double per stage
-KERNEL = 5  # v1 uses 4, but torchrl's conv blocks need an odd kernel
+KERNEL = 5  # official; v1 used 4, but torchrl's conv blocks need an odd kernel
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,10 @@ class ObsSpec:
 def sizes(wm_cfg: Any) -> SimpleNamespace:
     """Plain copy of the world-model sizes (accepts the dataclass, a dict or a DictConfig)."""
     get = wm_cfg.get if isinstance(wm_cfg, dict) else lambda k: getattr(wm_cfg, k)
-    names = ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "mlp_layers", "blocks",
-             "unimix", "free_nats", "kl_dyn_scale", "kl_rep_scale")
+    names = ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "mlp_layers", "head_layers",
+             "policy_layers", "blocks", "unimix")
     s = SimpleNamespace(**{n: get(n) for n in names})
+    s.cnn_mults = tuple(get("cnn_mults"))
     s.S = s.stoch * s.classes  # flattened one-hot latent
     s.feat = s.S + s.deter  # actor/critic/head input
     return s
@@ -110,7 +112,7 @@ class ObsEncoder(nn.Module):
         self.cnn = self.mlp = None
         self.out_features = 0
         if obs.pixels:
-            self.cnn = DreamerV3ImageEncoder(obs.pixels[0], depth=s.cnn_depth, mults=CNN_MULTS,
+            self.cnn = DreamerV3ImageEncoder(obs.pixels[0], depth=s.cnn_depth, mults=s.cnn_mults,
                                              kernel_size=KERNEL)
             self.out_features += self.cnn.output_features(obs.pixels)
         if obs.vector_dim:
@@ -158,17 +160,18 @@ def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int) -> SimpleNamespace:
         hidden_dim=s.hidden, num_categoricals=s.stoch, num_classes=s.classes, rnn_hidden_dim=s.deter,
         obs_embed_dim=encoder.out_features, use_rms_norm=True,  # default False is legacy
         num_layers=1, unimix=s.unimix)
-    L, U = s.mlp_layers, s.mlp_units
+    U = s.mlp_units
     return SimpleNamespace(
         sizes=s, obs=obs, action_dim=action_dim, encoder=encoder, prior=prior, posterior=posterior,
-        pixel_decoder=(DreamerV3ImageDecoder(s.feat, obs.pixels, depth=s.cnn_depth, mults=CNN_MULTS,
+        pixel_decoder=(DreamerV3ImageDecoder(s.feat, obs.pixels, depth=s.cnn_depth, mults=s.cnn_mults,
                                              kernel_size=KERNEL, num_blocks=s.blocks)
                        if obs.pixels else None),
-        vector_decoder=DreamerV3MLP(s.feat, obs.vector_dim, depth=L, num_cells=U) if obs.vector_dim else None,
-        reward=DreamerV3MLP(s.feat, NBINS, depth=L, num_cells=U, outscale=0.0),  # zero init: predicts 0
-        cont=DreamerV3MLP(s.feat, 1, depth=L, num_cells=U),
-        actor=ContinuousActorNet(s.feat, action_dim, L, U),
-        value=DreamerV3MLP(s.feat, NBINS, depth=L, num_cells=U, outscale=0.0),
+        vector_decoder=(DreamerV3MLP(s.feat, obs.vector_dim, depth=s.mlp_layers, num_cells=U)
+                        if obs.vector_dim else None),
+        reward=DreamerV3MLP(s.feat, NBINS, depth=s.head_layers, num_cells=U, outscale=0.0),  # zero init: predicts 0
+        cont=DreamerV3MLP(s.feat, 1, depth=s.head_layers, num_cells=U),
+        actor=ContinuousActorNet(s.feat, action_dim, s.policy_layers, U),
+        value=DreamerV3MLP(s.feat, NBINS, depth=s.policy_layers, num_cells=U, outscale=0.0),
     )
 
 
@@ -285,12 +288,12 @@ class DreamerAgent:
 
 
 def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
-                device: str | torch.device = "cpu", *, lr_warmup_steps: int = 1000,
-                actor_grad: str = "dynamics") -> DreamerAgent:
+                device: str | torch.device = "cpu") -> DreamerAgent:
     """World model, actor, critic, DreamerV3Loss, optimizer and slow-critic updater on `device`.
 
-    actor_grad: "dynamics" (v1 paper for continuous actions: backprop through imagined dynamics)
-    or "reinforce" (the later reference's choice for every action space).
+    learner_cfg.actor_grad: "reinforce" (official, every action space: score-function gradient,
+    no gradient through the world model) or "dynamics" (v1 for continuous actions: returns
+    backpropagated through the imagined dynamics).
     """
     device = torch.device(device)
     with torch.device(device):
@@ -300,7 +303,7 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
 
     model_loss = DreamerV3ModelLoss(
         world_model, kl_mode="separate",  # default "balanced" = per-categorical free bits (wrong)
-        lambda_dynamic=s.kl_dyn_scale, lambda_representation=s.kl_rep_scale, free_bits=s.free_nats,
+        lambda_dynamic=lc.loss_dyn, lambda_representation=lc.loss_rep, free_bits=lc.free_nats,
         unimix=s.unimix, lambda_continue=1.0,  # continue loss is off by default
         reco_symlog=[k == "observation" for k in obs.keys],  # pixels: MSE on x/255; vectors: symlog MSE
         detach_output=False)  # DreamerV3Loss's replay-value term needs the posterior outputs
@@ -310,13 +313,13 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
         TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
     actor_loss = DreamerV3ActorLoss(
         actor, critic, _imagination_env(n, device), continuation_model=continuation,
-        imagination_horizon=lc.imagination_horizon, use_reinforce=(actor_grad == "reinforce"),
+        imagination_horizon=lc.imagination_horizon, use_reinforce=(lc.actor_grad == "reinforce"),
         entropy_bonus=lc.entropy_coef)
     actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)
     value_loss = DreamerV3ValueLoss(critic, value_loss="two_hot", gamma=lc.gamma, actor_loss=actor_loss,
                                     slow_critic_regularization=1.0)  # 0 (default) = no slow critic
     target_updater = SoftUpdate(value_loss, tau=0.02)  # slow critic EMA 0.98 (paper)
-    loss = DreamerV3Loss(model_loss, actor_loss, value_loss, replay_value_loss_weight=0.3,
+    loss = DreamerV3Loss(model_loss, actor_loss, value_loss, replay_value_loss_weight=lc.loss_repval,
                          continuation_horizon=1.0 / (1.0 - lc.gamma), lmbda=lc.lmbda)
     # One optimizer over loss.parameters() (world model + actor + online critic; the slow critic is a
     # buffer), split into groups so the config's per-part learning rates apply.
@@ -324,9 +327,9 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
     seen = {id(p) for p in wm_params + actor_params}
     critic_params = [p for p in loss.parameters() if id(p) not in seen]
     optimizer = GuardedDreamerV3Optimizer(
-        [{"params": wm_params, "lr": lc.model_lr}, {"params": actor_params, "lr": lc.actor_lr},
-         {"params": critic_params, "lr": lc.critic_lr}],
-        lr=lc.model_lr, eps=lc.adam_eps, warmup_steps=lr_warmup_steps)
+        [{"params": wm_params, "lr": lc.part_lr("model")}, {"params": actor_params, "lr": lc.part_lr("actor")},
+         {"params": critic_params, "lr": lc.part_lr("critic")}],
+        lr=lc.lr, eps=lc.eps, agc=lc.agc, warmup_steps=lc.lr_warmup_steps)
     return DreamerAgent(n, world_model, actor, critic, model_loss, actor_loss, value_loss, loss,
                         optimizer, target_updater, device)
 

@@ -117,43 +117,61 @@ class CollectorConfig:
 
 @dataclass
 class WorldModelConfig:
+    """Network sizes (world model, actor, critic). Presets: the official sizes size1m..size400m,
+    and the 2023 paper's xs..xl (conf/world_model/)."""
     size: str = "s"
     deter: int = 512  # GRU (deterministic) state size
     hidden: int = 512  # hidden units inside the RSSM
     stoch: int = 32  # number of categorical latents
     classes: int = 32  # classes per latent
-    cnn_depth: int = 32  # channels of the first conv layer (doubled per stage)
-    mlp_units: int = 512
-    mlp_layers: int = 2
     blocks: int = 8  # block-diagonal GRU groups
-    unimix: float = 0.01
-    free_nats: float = 1.0
-    kl_dyn_scale: float = 0.5
-    kl_rep_scale: float = 0.1
+    unimix: float = 0.01  # uniform mixture of the latent categoricals (and of a discrete actor)
+    cnn_depth: int = 32  # channels of the first conv stage; stage i has cnn_depth x cnn_mults[i]
+    cnn_mults: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    mlp_units: int = 512  # units of every MLP: vector encoder/decoder, heads, actor, critic
+    mlp_layers: int = 2  # hidden layers of the vector encoder and decoder
+    head_layers: int = 2  # hidden layers of the reward and continue heads
+    policy_layers: int = 2  # hidden layers of the actor and the critic
 
     def __post_init__(self) -> None:
-        for name in ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "mlp_layers", "blocks"):
+        for name in ("deter", "hidden", "stoch", "classes", "cnn_depth", "mlp_units", "blocks"):
             value = getattr(self, name)
             _check(value >= 1, f"world_model.{name}", f"must be >= 1 (got {value})")
+        for name in ("mlp_layers", "head_layers", "policy_layers"):
+            value = getattr(self, name)
+            _check(value >= 0, f"world_model.{name}", f"must be >= 0 (got {value})")
+        _check(len(self.cnn_mults) >= 1 and all(m >= 1 for m in self.cnn_mults), "world_model.cnn_mults",
+               f"must be a non-empty list of ints >= 1 (got {list(self.cnn_mults)})")
         _check(self.deter % self.blocks == 0, "world_model.blocks",
                f"must divide world_model.deter={self.deter} (got {self.blocks})")
         _check(0.0 <= self.unimix < 1.0, "world_model.unimix", f"must be in [0, 1) (got {self.unimix})")
+        _check(self.classes <= 255, "world_model.classes",
+               f"must be <= 255 (replay stores latent classes as uint8; got {self.classes})")
+
+
+ACTOR_GRADS = ("reinforce", "dynamics")
 
 
 @dataclass
 class LearnerConfig:
+    """Defaults: the current official DreamerV3 (conf/learner/default.yaml); conf/learner/v1.yaml
+    has the 2023 paper's values."""
     train_ratio: float = 512.0  # replayed steps per env step (DreamerV3 meaning)
     prefill_frames: int = 2500  # env steps of random actions before learning starts
-    model_lr: float = 1e-4
-    actor_lr: float = 3e-5
-    critic_lr: float = 3e-5
-    adam_eps: float = 1e-8
-    lr_warmup_steps: int = 1000  # updates of linear learning-rate warm-up (DreamerV3 reference)
-    model_grad_clip: float = 1000.0
-    actor_grad_clip: float = 100.0
-    critic_grad_clip: float = 100.0
+    actor_grad: str = "reinforce"  # reinforce (official, every action space) | dynamics (v1, continuous)
+    lr: float = 4e-5  # every part's learning rate unless overridden below
+    model_lr: Optional[float] = None  # null: lr
+    actor_lr: Optional[float] = None
+    critic_lr: Optional[float] = None
+    eps: float = 1e-20  # LaProp epsilon
+    agc: float = 0.3  # adaptive gradient clipping: update norm <= agc x parameter norm, per tensor
+    lr_warmup_steps: int = 1000  # updates of linear learning-rate warm-up
+    loss_dyn: float = 1.0  # KL(sg(posterior) || prior)
+    loss_rep: float = 0.1  # KL(posterior || sg(prior))
+    loss_repval: float = 0.3  # value loss on replayed trajectories (trains the world model too)
+    free_nats: float = 1.0  # KL terms are clipped below this
     imagination_horizon: int = 15
-    gamma: float = 0.997
+    gamma: float = 0.997  # official: 1 - 1/333
     lmbda: float = 0.95
     entropy_coef: float = 3e-4
     compile: Any = "auto"  # auto | true | false
@@ -165,12 +183,21 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         _check(self.train_ratio > 0, "learner.train_ratio", f"must be > 0 (got {self.train_ratio})")
         _check(self.prefill_frames >= 0, "learner.prefill_frames", f"must be >= 0 (got {self.prefill_frames})")
+        _check(self.actor_grad in ACTOR_GRADS, "learner.actor_grad",
+               f"allowed values are {', '.join(ACTOR_GRADS)} (got {self.actor_grad!r})")
         _check(self.lr_warmup_steps >= 0, "learner.lr_warmup_steps", f"must be >= 0 (got {self.lr_warmup_steps})")
+        _check(self.lr > 0, "learner.lr", f"must be > 0 (got {self.lr})")
         for name in ("model_lr", "actor_lr", "critic_lr"):
-            _check(getattr(self, name) > 0, f"learner.{name}", f"must be > 0 (got {getattr(self, name)})")
+            value = getattr(self, name)
+            _check(value is None or value > 0, f"learner.{name}", f"must be null or > 0 (got {value})")
+        _check(self.eps > 0, "learner.eps", f"must be > 0 (got {self.eps})")
+        _check(self.agc > 0, "learner.agc", f"must be > 0 (got {self.agc})")
+        for name in ("loss_dyn", "loss_rep", "loss_repval", "free_nats", "entropy_coef"):
+            value = getattr(self, name)
+            _check(value >= 0, f"learner.{name}", f"must be >= 0 (got {value})")
         _check(self.imagination_horizon >= 1, "learner.imagination_horizon",
                f"must be >= 1 (got {self.imagination_horizon})")
-        _check(0 < self.gamma <= 1, "learner.gamma", f"must be in (0, 1] (got {self.gamma})")
+        _check(0 < self.gamma < 1, "learner.gamma", f"must be in (0, 1) (got {self.gamma})")
         _check(0 <= self.lmbda <= 1, "learner.lmbda", f"must be in [0, 1] (got {self.lmbda})")
         for name in ("compile", "cudagraph", "bf16"):
             _check_auto_flag(getattr(self, name), f"learner.{name}")
@@ -179,18 +206,27 @@ class LearnerConfig:
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                "learner.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
 
+    def part_lr(self, part: str) -> float:
+        """The learning rate of `part` (model, actor, critic)."""
+        value = getattr(self, f"{part}_lr")
+        return self.lr if value is None else value
+
 
 @dataclass
 class ReplayConfig:
     capacity: int = 1_000_000  # transitions, all envs together
     batch_size: int = 16  # sequences per learner batch
-    batch_length: int = 64  # steps per sequence
+    batch_length: int = 64  # trained steps per sequence (batch_length + 1 records are sampled)
+    # Official replay_context 1: each record keeps the acting policy's latent after its observation,
+    # a sampled sequence starts from its first record's latent (refreshed by the learner after each
+    # update) instead of zeros.
+    context: bool = True
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "replay.batch_size", f"must be >= 1 (got {self.batch_size})")
         _check(self.batch_length >= 2, "replay.batch_length", f"must be >= 2 (got {self.batch_length})")
-        _check(self.capacity >= self.batch_length, "replay.capacity",
-               f"must be >= replay.batch_length={self.batch_length} (got {self.capacity})")
+        _check(self.capacity > self.batch_length, "replay.capacity",
+               f"must be > replay.batch_length={self.batch_length} (got {self.capacity})")
 
 
 @dataclass
@@ -275,8 +311,10 @@ class Config:
             _check(cuda, "collector.inference_static_batch_size",
                    "fixed-size (padded) inference batches need a CUDA inference device (collector.device); "
                    "use null on a CPU machine")
-        _check(rep.capacity >= rep.batch_length * col.num_envs, "replay.capacity",
-               f"must hold at least one sequence per env: >= {rep.batch_length * col.num_envs} (got {rep.capacity})")
+        need = (rep.batch_length + 1) * col.num_envs
+        _check(rep.capacity >= need, "replay.capacity",
+               f"must hold at least one sequence (replay.batch_length + 1 records) per env: >= {need} "
+               f"(got {rep.capacity})")
 
 
 def register_configs() -> None:
@@ -309,12 +347,13 @@ PROCESS_RSS_BYTES = 512 * 2**20  # measured: an env worker or the inference serv
 
 def replay_plan(config: Config) -> tuple[int, int]:
     """(bytes per stored transition, bytes of the full replay) for this config."""
-    from collectors.specs import bytes_per_transition, task_dims
+    from collectors.specs import bytes_per_transition, context_bytes, task_dims
 
-    env = config.env
+    env, wm = config.env, config.world_model
     vector_dim, actions = task_dims(env.domain, env.task)
     pixels = (3, env.image_size, env.image_size) if env.obs in ("pixels", "both") else None
-    per = bytes_per_transition(pixels, vector_dim if env.obs in ("proprio", "both") else None, actions)
+    context = context_bytes(wm.stoch, wm.deter) if config.replay.context else 0
+    per = bytes_per_transition(pixels, vector_dim if env.obs in ("proprio", "both") else None, actions, context)
     return per, per * config.replay.capacity
 
 

@@ -1,11 +1,23 @@
 """Learner: torchrl's DreamerV3OptimizationStepper plus our replay-batch conversion and flag resolution.
 
-Replay format (collectors/replay.py, [B, T]): root obs at t (`pixels` / `observation`), `action`,
-`is_init`, and ("next", reward/done/terminated). The loss reads the obs that FOLLOWS the action,
-("next", obs). If the collector keeps ("next", "pixels") / ("next", "observation") we use them
-(exact). If it drops them, we take obs[t+1] from the next record and train on T-1 steps; where
-record t+1 starts a new episode the true final obs was never stored, so we repeat obs[t]
-(an approximate target on one transition per episode).
+Replay records (collectors/records.py, sampled [B, T + 1]): obs o_t, action a_t, `is_init` (o_t
+starts an episode), `is_last` (a final-observation record), ("next", reward/done/terminated) of
+the step out of o_t, and optionally the stored latent after o_t (`replay_context`).
+
+Loss row t (of T) is the step into record t + 1, the official DreamerV3's step layout: it reads
+action a_t and trains on observation o_{t+1} with that step's reward and end flags. torchrl's
+RSSMRolloutV3 at row t advances the carried latent with a_t and encodes ("next", obs)[t], and on
+a row flagged `is_init` it zeroes the carry and a_t first. Flagging row t when record t + 1 starts
+an episode therefore gives the official reset: the first observation of an episode is encoded
+from a zero state and a zero previous action (what torchrl's acting RSSMStateEstimatorV3 does),
+with reward 0 and no end as its targets. (Flagging row t by record t's own is_init, torchrl's
+collector layout, would skip o_0 and zero the action taken from it: acting and learning would
+disagree after every reset; tests/test_parity.py shows both.)
+
+Record 0 is context only: its stored latent starts the rollout (official replay_context 1), or
+zeros without one. After each update the refreshed posteriors, which torchrl's stepper writes
+into the loss batch under `replay_context` (row t: the latent after o_{t+1}), go back into replay
+(records 1..T), as the official learner does.
 """
 from __future__ import annotations
 
@@ -17,6 +29,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
+from collectors.records import CONTEXT, ContextSpec
 from dreamer.agent import DreamerAgent
 
 log = logging.getLogger(__name__)
@@ -47,37 +60,32 @@ def resolve_flags(learner_cfg: Any, device: torch.device) -> StepperFlags:
     return flags
 
 
-def to_loss_batch(batch: TensorDictBase, agent: DreamerAgent) -> TensorDictBase:
-    """Replay [B, T] records -> the keys DreamerV3Loss reads (see module docstring)."""
-    B, T = batch.shape[:2]
-    obs_keys = agent.obs.keys
-    have_next = all(("next", k) in batch.keys(True, True) for k in obs_keys)
-    n = T if have_next else T - 1
-    is_init = batch["is_init"].reshape(B, T, 1)
-    nxt = {k: batch["next", k].reshape(B, T, 1)[:, :n] for k in ("reward", "done", "terminated")}
-    for k in obs_keys:
-        if have_next:
-            nxt[k] = batch["next", k]
-        else:
-            obs = batch[k]
-            boundary = is_init[:, 1:].reshape(B, n, *[1] * (obs.dim() - 2))  # t+1 starts an episode
-            nxt[k] = torch.where(boundary, obs[:, :-1], obs[:, 1:])
-    # Replay context: the loss reads root state/belief at t=0 only. We start from zeros (the RSSM
-    # warms up within a few steps); the policy's ("next","state"/"belief") could be used instead.
+def to_loss_batch(batch: TensorDictBase, agent: DreamerAgent, context: ContextSpec | None = None) -> TensorDictBase:
+    """Replay [B, T + 1] records -> the [B, T] keys DreamerV3Loss reads (see module docstring)."""
+    B, T = batch.shape[0], batch.shape[1] - 1
+    starts = batch["is_init"].reshape(B, T + 1, 1)[:, 1:]  # o_{t+1} starts an episode
+    nxt = {k: batch[k][:, 1:] for k in agent.obs.keys}
+    for k in ("reward", "done", "terminated"):
+        value = batch["next", k].reshape(B, T + 1, 1)[:, :T]
+        nxt[k] = torch.where(starts, torch.zeros_like(value), value)  # an episode's first obs: no reward, no end
+    state = torch.zeros(B, T, agent.state_dim, device=batch.device)
+    belief = torch.zeros(B, T, agent.belief_dim, device=batch.device)
+    if context is not None:  # the rollout reads the carry at row 0 only
+        state[:, 0], belief[:, 0] = context.decode(batch[CONTEXT][:, 0])
     return TensorDict({
-        "action": batch["action"][:, :n].float(),
-        "is_init": is_init[:, :n],
-        "state": torch.zeros(B, n, agent.state_dim, device=batch.device),
-        "belief": torch.zeros(B, n, agent.belief_dim, device=batch.device),
-        "next": TensorDict(nxt, [B, n]),
-    }, [B, n], device=batch.device)
+        "action": batch["action"][:, :T].float(),
+        "is_init": starts,
+        "state": state,
+        "belief": belief,
+        "next": TensorDict(nxt, [B, T]),
+    }, [B, T], device=batch.device)
 
 
 class Learner:
     """One DreamerV3 update per `step(batch)`; returns the losses and metrics as floats."""
 
-    def __init__(self, agent: DreamerAgent, learner_cfg: Any):
-        self.agent = agent
+    def __init__(self, agent: DreamerAgent, learner_cfg: Any, context: ContextSpec | None = None):
+        self.agent, self.context = agent, context
         self.flags = resolve_flags(learner_cfg, agent.device)
         self.stepper = DreamerV3OptimizationStepper(
             agent.loss, agent.optimizer, agent.target_updater,
@@ -85,9 +93,10 @@ class Learner:
             mixed_precision=self.flags.bf16)
         self.needs_warmup = self.flags.compile or self.flags.cudagraph
         self.updates = 0
+        self.loss_batch: TensorDictBase | None = None  # of the last step
 
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        return to_loss_batch(batch.to(self.agent.device), self.agent)
+        return to_loss_batch(batch.to(self.agent.device), self.agent, self.context)
 
     def warmup(self, sample: TensorDictBase) -> None:
         """Compile/capture on a sample of the real batch shape. torchrl restores buffers and RNG and
@@ -102,5 +111,16 @@ class Learner:
             self.stepper.warmup(loss_batch)
             self.needs_warmup = False
         metrics = self.stepper.step(None, loss_batch)
+        self.loss_batch = loss_batch
         self.updates += 1
         return {k: float(v) for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+
+    def refreshed_context(self) -> TensorDict | None:
+        """The last step's posteriors [B, T] as stored context for records 1..T (on the CPU), or
+        None without a context or if they are not all finite (a skipped update)."""
+        if self.context is None or self.loss_batch is None or CONTEXT not in self.loss_batch.keys():
+            return None
+        latent = self.loss_batch[CONTEXT]
+        if not (torch.isfinite(latent["belief"]).all() and torch.isfinite(latent["state"]).all()):
+            return None
+        return self.context.encode(latent["state"], latent["belief"]).cpu()

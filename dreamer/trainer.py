@@ -19,13 +19,14 @@ from tensordict import TensorDict, TensorDictBase
 from collectors.collector import build_collector
 from collectors.envs import action_dim, env_factory, observation_dim
 from collectors.episodes import EpisodeTracker
+from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from collectors.replay import SequenceReplay
 from collectors.watchdog import ProcessWatchdog
 from dreamer import checkpoint
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
 from dreamer.learner import Learner
-from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, build_acting_policy, primer_factory
+from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
 from dreamer.stop import children_ignore_ctrl_c
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,14 @@ class Trainer:
                                     vector_dim=observation_dim(env_cfg.domain, env_cfg.task))
         self.action_dim = action_dim(env_cfg.domain, env_cfg.task)
         self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
-                                 resolve_device(config.learner.device),
-                                 lr_warmup_steps=config.learner.lr_warmup_steps)
-        self.learner = Learner(self.agent, config.learner)
+                                 resolve_device(config.learner.device))
+        wm = config.world_model
+        self.context = ContextSpec(wm.stoch, wm.classes, wm.deter) if rep.context else None
+        self.learner = Learner(self.agent, config.learner, self.context)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
-        self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length)
+        # batch_length + 1 records: the first is context (its latent starts the sequence), the
+        # others are the trained steps (dreamer/learner.py).
+        self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length + 1)
         self.tracker = EpisodeTracker()
         self.frames_at_start = 0
         self.nonfinite_in_row = 0
@@ -96,8 +100,6 @@ class Trainer:
         factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, explore=True,
                                        device=resolve_device(col.device), state_dict=weights,
                                        random_actions=prefilling)
-        # Replay keeps obs at t and the action; the learner takes obs[t+1] from the next record.
-        drop = tuple(("next", k) for k in self.obs.keys) + CARRY_KEYS + tuple(("next", k) for k in CARRY_KEYS)
         self.collector = build_collector(
             [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer)
              for i in range(col.num_envs)],
@@ -109,7 +111,7 @@ class Trainer:
             static_batch_size=col.inference_static_batch_size,
             policy_device=resolve_device(col.device),
             replay=self.replay,
-            drop_keys=drop,
+            records=ReplayRecords(self.obs.keys, self.context),
             on_write=self.tracker,
         )
         before = {p.pid for p in psutil.Process().children()}
@@ -174,7 +176,12 @@ class Trainer:
         """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
         they were), the update still counts toward the train ratio, and after
         learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
-        metrics = self.learner.step(self.replay.sample())
+        batch = self.replay.sample()
+        metrics = self.learner.step(batch)
+        refreshed = self.learner.refreshed_context()
+        if refreshed is not None:  # the learner's posteriors replace the stored latents (official)
+            self.replay.write_back(batch["index"][:, 1:], TensorDict({CONTEXT: refreshed}, refreshed.shape),
+                                   batch["step_count"][:, 1:])
         skipped = self.agent.optimizer.last_step_skipped or not all(math.isfinite(v) for v in metrics.values())
         self.nonfinite_in_row = self.nonfinite_in_row + 1 if skipped else 0
         metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}  # keep NaNs out of the averages

@@ -19,10 +19,17 @@ from dreamer.policy import (
     make_primer,
 )
 
-TINY = WorldModelConfig(size="tiny", deter=64, hidden=64, stoch=8, classes=8, cnn_depth=8,
-                        mlp_units=64, mlp_layers=1)
-XS = WorldModelConfig(size="xs", deter=256, hidden=256, stoch=32, classes=32, cnn_depth=24,
-                      mlp_units=256, mlp_layers=1)
+def preset(name: str) -> WorldModelConfig:
+    """A conf/world_model/ preset as the app composes it."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import ROOT
+
+    merged = OmegaConf.merge(OmegaConf.structured(WorldModelConfig), OmegaConf.load(ROOT / f"conf/world_model/{name}.yaml"))
+    return OmegaConf.to_object(merged)
+
+
+TINY, XS = preset("tiny"), preset("xs")
 S = WorldModelConfig()  # the "s" defaults
 PIXELS, PROPRIO = ObsSpec(), ObsSpec(pixels=None, vector_dim=5)
 WM_LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic",
@@ -59,8 +66,8 @@ def replay_batch(B, T, obs: ObsSpec, action_dim, *, smooth=False, seed=0):
 
 def tiny_agent(obs, action_dim, lr=None):
     torch.manual_seed(0)
-    lcfg = LearnerConfig() if lr is None else LearnerConfig(model_lr=lr, actor_lr=lr, critic_lr=lr)
-    agent = build_agent(TINY, lcfg, obs, action_dim, "cpu", lr_warmup_steps=0)
+    lcfg = LearnerConfig(lr_warmup_steps=0) if lr is None else LearnerConfig(lr=lr, lr_warmup_steps=0)
+    agent = build_agent(TINY, lcfg, obs, action_dim, "cpu")
     return agent, Learner(agent, lcfg)
 
 
@@ -88,17 +95,21 @@ def test_fit_lowers_world_model_loss():
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_loss_batch_from_next_record():
+def test_loss_batch_rows_are_steps_into_the_next_record():
     agent, _ = tiny_agent(PROPRIO, 1)
     batch = replay_batch(2, 6, PROPRIO, 1)
     batch["is_init"][1, 3] = True  # an episode starts at record 3 of row 1
     out = to_loss_batch(batch, agent)
-    assert out.shape == (2, 5)  # no ("next", obs) stored: T-1 transitions
+    assert out.shape == (2, 5)  # record 0 is context: T + 1 records, T rows
     obs = batch["observation"]
-    assert torch.equal(out["next", "observation"][0], obs[0, 1:])
-    assert torch.equal(out["next", "observation"][1, 2], obs[1, 2])  # boundary: final obs unknown
-    batch["next", "observation"] = obs + 1  # stored next obs is used as is, all T steps
-    assert torch.equal(to_loss_batch(batch, agent)["next", "observation"], obs + 1)
+    assert torch.equal(out["next", "observation"], obs[:, 1:])
+    assert torch.equal(out["action"], batch["action"][:, :5])
+    # row 2 of env 1 is the step into record 3, the first observation of an episode: the rollout
+    # resets there (zero carry and action), and its targets are those of a first observation
+    assert out["is_init"][1, 2] and out["is_init"].sum() == 1 + 0 * batch["is_init"][:, 0].sum()
+    assert out["next", "reward"][1, 2] == 0 and not out["next", "done"][1, 2]
+    assert torch.equal(out["next", "reward"][0], batch["next", "reward"][0, :5])
+    assert (out["state"] == 0).all() and (out["belief"] == 0).all()  # no context: zeros
 
 
 def test_flags():
@@ -237,10 +248,11 @@ def test_compiled_learner_step_on_cpu_learns():
     (Compiled code draws its own random numbers, so losses cannot be compared with eager ones.)
     A very small model: compiling takes minutes on 2 cores whatever the size."""
     wm = WorldModelConfig(size="tiny", deter=16, hidden=16, stoch=4, classes=4, cnn_depth=4,
-                          mlp_units=16, mlp_layers=1)
+                          mlp_units=16, mlp_layers=1, head_layers=1, policy_layers=1)
     batch = replay_batch(2, 4, PROPRIO, 1, smooth=True)
-    lc = LearnerConfig(compile=True, cudagraph=False, bf16=False, imagination_horizon=2, model_lr=1e-3)
-    learner = Learner(build_agent(wm, lc, PROPRIO, 1, lr_warmup_steps=0), lc)
+    lc = LearnerConfig(compile=True, cudagraph=False, bf16=False, imagination_horizon=2, lr=1e-3,
+                       lr_warmup_steps=0)
+    learner = Learner(build_agent(wm, lc, PROPRIO, 1), lc)
     assert learner.flags.compile
     before = [p.detach().clone() for p in learner.agent.loss.parameters()]
     learner.warmup(batch)

@@ -46,11 +46,26 @@ def test_soak_slope_is_measured_over_the_second_half():
 def test_learning_benchmark_reads_the_preset_task_and_measures_random_returns():
     from benchmarks.learning import preset_env, random_return
 
-    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 2)
-    assert preset_env("learn_cpu", ["env.action_repeat=4"]) == ("cartpole", "swingup", 4)
-    assert preset_env("quick", []) == ("cartpole", "balance", 2)
+    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 2, "proprio")
+    assert preset_env("learn_cpu", ["env.action_repeat=4"]) == ("cartpole", "swingup", 4, "proprio")
+    assert preset_env("quick", []) == ("cartpole", "balance", 2, "proprio")
     mean, std = random_return("cartpole", "swingup", 8, episodes=2)
     assert 0 < mean < 400 and std >= 0
+
+
+def test_learning_benchmark_compares_with_the_official_median_at_the_same_frames():
+    """benchmarks/reference/ holds the official score file's curves: 5 seeds of dmc_proprio
+    cartpole_swingup, median 199 at 20k, 261 at 30k (197-293), 512 at 100k env frames."""
+    from benchmarks.learning import format_table, reference_at
+
+    at_30k = reference_at("dmc_proprio", "cartpole_swingup", 30_000)
+    assert at_30k["seeds"] == 5 and round(at_30k["median"]) == 261
+    assert (round(at_30k["min"]), round(at_30k["max"])) == (197, 293)
+    assert round(reference_at("dmc_proprio", "cartpole_swingup", 20_000)["median"]) == 199
+    assert round(reference_at("dmc_proprio", "cartpole_swingup", 100_000)["median"]) == 512
+    assert reference_at("dmc_vision", "cartpole_swingup", 30_000) is None  # not checked in
+    table = format_table("dmc_cartpole_swingup", 30_000, [300.0, 250.0, 280.0], 55.3, at_30k)
+    assert "| 280.0 |" in table and "261.3 (197-293, 5 seeds)" in table and "| 1.07x |" in table
 
 
 def fake_seed_runs(monkeypatch, fail_seed=None):

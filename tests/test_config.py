@@ -153,6 +153,10 @@ def test_checkpoint_bytes_counts_the_replay_only_when_it_is_saved():
     from dreamer.app import checkpoint_bytes
 
     small = validate(composed("env=dmc_cartpole_balance", "replay.capacity=1000", "checkpoint.keep=1"))
-    assert checkpoint_bytes(small) == 2 * (1000 * 76 + 100 * 2**20)
+    per_record = 5 * 4 + 1 * 4 + 41 + (32 + 2 * 512)  # obs, action, flags/counters, context of model s
+    assert checkpoint_bytes(small) == 2 * (1000 * per_record + 100 * 2**20)
+    no_context = validate(composed("env=dmc_cartpole_balance", "replay.capacity=1000", "checkpoint.keep=1",
+                                   "replay.context=false"))
+    assert checkpoint_bytes(no_context) == 2 * (1000 * (per_record - 32 - 2 * 512) + 100 * 2**20)
     big = validate(composed("replay.capacity=1000000"))  # pixels: 12 GB > replay_max_gb 4
     assert checkpoint_bytes(big) == (big.checkpoint.keep + 1) * 100 * 2**20

@@ -26,6 +26,10 @@ def transitions(env: int, start: int, steps: int, obs_dim: int = 5, done_at: int
     return TensorDict({
         ENV_INDEX: torch.full((steps,), env), "observation": torch.randn(steps, obs_dim, generator=g),
         "action": torch.rand(steps, 1, generator=g) * 2 - 1, "is_init": is_init,
+        "is_last": torch.zeros_like(is_init), "step_count": torch.arange(start, start + steps).unsqueeze(-1),
+        # the tiny model's latent: 8 categoricals of 8 classes, a 64-unit GRU state
+        "replay_context": {"state": torch.randint(0, 8, (steps, 8), generator=g).to(torch.uint8),
+                           "belief": (torch.rand(steps, 64, generator=g) * 2 - 1).half()},
         "next": {"reward": torch.rand(steps, 1, generator=g), "done": done, "terminated": torch.zeros_like(done)},
     }, [steps])
 

@@ -69,37 +69,49 @@ def test_ring_wraparound_keeps_sequences_contiguous():
         assert_sequences_consistent(replay.sample())
 
 
-def test_bytes_per_transition_matches_what_the_collector_stores_for_pixels():
-    """uint8 pixels at t only (no next-pixel copy): the estimate used by the start-up RAM check is
-    exactly what a real pixel env's transition takes in replay storage."""
+def test_records_from_a_real_collector_bytes_and_final_observation():
+    """What a real pixel env's collector run stores: uint8 pixels at t only (no next-pixel copy),
+    the compressed latent context, and one final-observation record after the episode's last step.
+    The bytes per record are exactly the start-up RAM check's estimate."""
     from omegaconf import OmegaConf
 
     from collectors.collector import build_collector
     from collectors.envs import action_dim, env_factory
-    from collectors.specs import bytes_per_transition
+    from collectors.records import ContextSpec, ReplayRecords
+    from collectors.specs import bytes_per_transition, context_bytes
     from dreamer.agent import ObsSpec
-    from dreamer.policy import CARRY_KEYS, DreamerPolicyFactory, primer_factory
+    from dreamer.config import WorldModelConfig
+    from dreamer.policy import DreamerPolicyFactory, primer_factory
 
     env_cfg = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
-                                    action_repeat=2, camera=None, fast_visuals=True))
-    from dreamer.config import WorldModelConfig
-
+                                    action_repeat=8, camera=None, fast_visuals=True))  # 125-step episodes
     wm = OmegaConf.merge(OmegaConf.structured(WorldModelConfig), OmegaConf.load(ROOT / "conf/world_model/tiny.yaml"))
     obs, adim = ObsSpec.from_env("pixels", 64), action_dim("cartpole", "balance")
     replay = SequenceReplay(1, 1000, 2, 8)
-    drop = (("next", "pixels"),) + CARRY_KEYS + tuple(("next", k) for k in CARRY_KEYS)
+    context = ContextSpec(wm.stoch, wm.classes, wm.deter)
     collector = build_collector([env_factory(env_cfg, seed=0, extra_transform=primer_factory(wm, adim))],
                                 DreamerPolicyFactory(wm, obs, adim, explore=True, device="cpu"),
-                                frames_per_batch=16, total_frames=16, chunk_size=8, transport="thread",
-                                replay=replay, drop_keys=drop)
+                                frames_per_batch=16, total_frames=128, chunk_size=8, transport="thread",
+                                replay=replay, records=ReplayRecords(obs.keys, context))
     try:
         for _ in collector:
             pass
     finally:
         collector.shutdown()
+    stream = replay.stream(0)
+    assert len(stream) == 129  # 128 steps + the final observation of the episode ending at step 125
     stored = replay.member(0).storage[:1]
     assert stored["pixels"].dtype == torch.uint8 and ("next", "pixels") not in stored.keys(True)
-    assert stored.bytes() == bytes_per_transition(obs.pixels, None, adim) == 12288 + 4 + 52
+    assert stored["replay_context", "state"].dtype == torch.uint8
+    assert stored["replay_context", "belief"].dtype == torch.float16
+    assert stored.bytes() == bytes_per_transition(obs.pixels, None, adim, context_bytes(wm.stoch, wm.deter))
+    steps, last = stream["step_count"].reshape(-1), stream["is_last"].reshape(-1)
+    assert last.sum() == 1 and last[125] and steps[124] == 124 and steps[125] == 125
+    assert stream["next", "done"].reshape(-1)[124] and stream["is_init"].reshape(-1)[126]
+    assert not (stream["pixels"][125] == stream["pixels"][124]).all()  # the final frame, not a copy
+    assert (stream["replay_context", "belief"][125] == 0).all()
+    # the acting latents (record 0: the GRU of zeros, still 0 for untrained weights)
+    assert (stream["replay_context", "belief"][1:125].float().abs().sum(-1) > 0).all()
 
 
 def test_pixels_reach_the_encoder_as_uint8_and_are_scaled_there():
