@@ -63,6 +63,10 @@ BAD = [
     (["checkpoint.replay_max_gb=-1"], "checkpoint.replay_max_gb"),
     (["learner.lr_warmup_steps=-1"], "learner.lr_warmup_steps"),
     (["world_model.blocks=7"], "world_model.blocks"),
+    (["learner.actor_grad=foo"], "learner.actor_grad"),
+    (["learner.lr=0"], "learner.lr"),
+    (["learner.model_lr=-1"], "learner.model_lr"),
+    (["world_model.cnn_mults=[]"], "world_model.cnn_mults"),
 ]
 
 
