@@ -125,7 +125,7 @@ def _marker_in(path: Path, markers: tuple[str, ...]) -> bool:
 
 def _refusal(err: Exception) -> str:
     """The unpickler's reason (e.g. 'unsupported GLOBAL posix.system'), without torch's advice to
-    load with weights_only=False."""
+    retry with the unrestricted unpickler."""
     for line in str(err).splitlines():
         if "GLOBAL" in line or "Unsupported" in line:
             return line.strip().rstrip(".")
