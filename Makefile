@@ -46,7 +46,7 @@ bench-collector: install
 bench-learner: install
 	$(PY) -m benchmarks.learner $(ARGS)
 
-bench-learning: install   # 3 seeds side by side: 22 min on 2 cores (measured)
+bench-learning: install   # 3 seeds side by side: 27 min on 2 cores (measured)
 	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
