@@ -43,9 +43,6 @@ class ContextSpec:
         state = torch.nn.functional.one_hot(index, self.classes).flatten(-2).float()
         return state, context["belief"].float()
 
-    def bytes(self) -> int:
-        return self.stoch + 2 * self.deter
-
 
 class ReplayRecords:
     """The postproc that turns collector transitions into replay records (module docstring)."""
