@@ -1,7 +1,9 @@
 """Collector benchmark: driver CPU per env step and steps/s per transition chunk size.
 
-    python -m collectors.bench [--env cartpole/balance] [--obs proprio] [--num-envs 2]
+    python -m collectors.bench [--env cartpole/balance | --env PRESET] [--obs proprio] [--num-envs 2]
                                [--steps 3000] [--chunks 1,16,64,auto]
+
+--env takes a DMC domain/task or any env preset of conf/env (atari_pong, crafter, gym_cartpole).
 
 Every chunk size runs on the same envs and random policy in one run. Measured over a steady-state
 window after the first `--warmup` steps (worker start-up excluded):
@@ -22,8 +24,9 @@ import collectors  # noqa: F401  (MUJOCO_GL)
 from omegaconf import OmegaConf
 
 from collectors.collector import RandomPolicyFactory, build_collector
-from collectors.envs import action_dim, env_factory, random_actions
+from collectors.envs import env_factory, random_actions
 from collectors.replay import SequenceReplay
+from collectors.specs import env_spec
 
 
 def cpu_seconds() -> float:
@@ -36,7 +39,7 @@ def run_collector(env_cfg, num_envs: int, chunk, steps: int, warmup: int, frames
     replay = SequenceReplay(num_envs, capacity=steps + warmup + 1024, batch_size=1, batch_length=2)
     collector = build_collector(
         [env_factory(env_cfg, seed=i) for i in range(num_envs)],
-        RandomPolicyFactory(action_dim(env_cfg.domain, env_cfg.task)),
+        RandomPolicyFactory(env_spec(env_cfg).action_dim, discrete=env_spec(env_cfg).discrete),
         frames_per_batch=frames_per_batch, total_frames=warmup + steps, chunk_size=chunk_size, replay=replay)
     window_start = None
     try:
@@ -82,6 +85,24 @@ def format_table(rows: list[dict], baseline: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_env(args):
+    """EnvConfig fields of `--env`: a conf/env preset, or a DMC domain/task with --obs."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from dreamer.config import EnvConfig
+
+    preset = Path(__file__).resolve().parents[1] / "conf" / "env" / f"{args.env}.yaml"
+    if preset.exists():
+        cfg = EnvConfig(**yaml.safe_load(preset.read_text()))
+    else:
+        domain, task = args.env.split("/")
+        cfg = EnvConfig(domain=domain, task=task, obs=args.obs, fast_visuals=args.fast_visuals)
+    return OmegaConf.create({**dataclasses.asdict(cfg), "name": cfg.name})
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="cartpole/balance", help="domain/task")
@@ -93,9 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument("--frames-per-batch", type=int, default=256)
     parser.add_argument("--chunks", default="1,16,64,auto")
     args = parser.parse_args(argv)
-    domain, task = args.env.split("/")
-    env_cfg = OmegaConf.create(dict(domain=domain, task=task, obs=args.obs, image_size=64, action_repeat=2,
-                                    camera=None, fast_visuals=args.fast_visuals))
+    env_cfg = bench_env(args)
     rows = []
     for chunk in args.chunks.split(","):
         row = run_collector(env_cfg, args.num_envs, chunk if chunk == "auto" else int(chunk), args.steps,
@@ -105,7 +124,8 @@ def main(argv=None) -> None:
         rows.append(row)
     baseline = run_env_only(env_cfg, args.num_envs, args.steps)
     print(f"env only: {baseline['steps_per_s']:.0f} steps/s", flush=True)
-    print(f"\n{args.num_envs} x dmc {domain}/{task} ({args.obs}), action repeat 2, random policy, "
+    print(f"\n{args.num_envs} x {env_cfg.suite} {env_cfg.name if 'name' in env_cfg else args.env} ({env_cfg.obs}), "
+          f"action repeat {env_cfg.action_repeat}, random policy, "
           f"{os.cpu_count()} CPUs, frames_per_batch {args.frames_per_batch}, "
           f"{args.steps} steps measured after {args.warmup} warm-up steps per row\n")
     print(format_table(rows, baseline))

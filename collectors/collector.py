@@ -95,22 +95,26 @@ def build_collector(
 
 
 class UniformRandomActor(nn.Module):
-    """Uniform actions in [-1, 1] (every DMC action space): prefill and a stand-in policy."""
+    """Uniform actions in [-1, 1], or uniform one-hot actions: a stand-in policy."""
 
-    def __init__(self, action_dim: int):
+    def __init__(self, action_dim: int, discrete: bool = False):
         super().__init__()
-        self.action_dim = action_dim
+        self.action_dim, self.discrete = action_dim, discrete
 
     def forward(self, is_init: torch.Tensor) -> torch.Tensor:
-        return torch.rand(*is_init.shape[:-1], self.action_dim) * 2 - 1
+        batch = is_init.shape[:-1]
+        if self.discrete:
+            return nn.functional.one_hot(torch.randint(self.action_dim, batch), self.action_dim).float()
+        return torch.rand(*batch, self.action_dim) * 2 - 1
 
 
 class RandomPolicyFactory:
     """Picklable factory of a random TensorDictModule policy for the inference server."""
 
-    def __init__(self, action_dim: int):
-        self.action_dim = action_dim
+    def __init__(self, action_dim: int, discrete: bool = False):
+        self.action_dim, self.discrete = action_dim, discrete
 
     def __call__(self) -> TensorDictModule:
-        return TensorDictModule(UniformRandomActor(self.action_dim), in_keys=["is_init"], out_keys=["action"])
+        return TensorDictModule(UniformRandomActor(self.action_dim, self.discrete), in_keys=["is_init"],
+                                out_keys=["action"])
 

@@ -15,7 +15,9 @@ from collectors.replay import ENV_INDEX
 
 
 class EpisodeTracker:
-    def __init__(self):
+    def __init__(self, stats: tuple[str, ...] = ()):
+        self.stats = stats  # per-step uint8 vectors under ("next", key): their values at each episode's end
+        self._new_stats: list[dict[str, list[int]]] = []
         self._lock = threading.Lock()
         self._running: dict[int, list[float]] = {}  # env -> [return, length]
         self._new: list[tuple[float, int]] = []
@@ -31,7 +33,9 @@ class EpisodeTracker:
         envs = td[ENV_INDEX].reshape(-1).tolist()
         rewards = td["next", "reward"].reshape(-1).tolist()
         dones = td["next", "done"].reshape(-1).tolist()
+        ends = {k: td["next", k][td["next", "done"].reshape(-1)].tolist() for k in self.stats}
         with self._lock:
+            self._new_stats += [{k: ends[k][i] for k in self.stats} for i in range(sum(dones))] if self.stats else []
             self.writer_cpu = time.thread_time()
             self.frames += len(envs)
             for env, reward, done in zip(envs, rewards, dones):
@@ -48,3 +52,26 @@ class EpisodeTracker:
         with self._lock:
             new, self._new = self._new, []
         return new
+
+    def pop_stats(self) -> list[dict[str, list[int]]]:
+        """The stats' final values of each episode finished since the last call (same order)."""
+        with self._lock:
+            new, self._new_stats = self._new_stats, []
+        return new
+
+
+class SuccessRates:
+    """Per-achievement success rates over all training episodes so far (the Crafter benchmark's
+    definition: the share of episodes in which it was unlocked at least once), in percent."""
+
+    def __init__(self, names: list[str]):
+        self.names, self.episodes = list(names), 0
+        self.unlocked = [0] * len(self.names)
+
+    def add(self, vectors: list[list[int]]) -> None:
+        for vector in vectors:
+            self.episodes += 1
+            self.unlocked = [u + bool(v) for u, v in zip(self.unlocked, vector)]
+
+    def rates(self) -> dict[str, float]:
+        return {n: 100.0 * u / max(self.episodes, 1) for n, u in zip(self.names, self.unlocked)}

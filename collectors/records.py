@@ -5,6 +5,8 @@ the step (under "next"), `is_init` (o_t starts an episode) and `is_last` (o_t en
 observation is the next record's, so ("next", obs) is not stored, except for an episode's final
 observation: after a done step one more record holds it (`is_last`, action zero, reward 0 and
 flags false: what an episode's first observation carries), so the learner trains on it too.
+Per-step statistics an env emits (EnvSpec.stats, e.g. Crafter's achievements) are kept under
+("next", key) for the episode logs (collectors/episodes.py); the learner does not read them.
 
 With a context (official `replay_context: 1`) each record also keeps the acting policy's latent
 after observing o_t: the sampled sequence starts from it instead of zeros. Compressed: the
@@ -47,8 +49,9 @@ class ContextSpec:
 class ReplayRecords:
     """The postproc that turns collector transitions into replay records (module docstring)."""
 
-    def __init__(self, obs_keys: list[str], context: ContextSpec | None = None):
+    def __init__(self, obs_keys: list[str], context: ContextSpec | None = None, stats: tuple[str, ...] = ()):
         self.obs_keys, self.context = list(obs_keys), context
+        self.next_keys = (*KEPT_NEXT, *stats)  # stats (Crafter's achievements) ride along for the logs
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         batch = batch.reshape(-1)
@@ -65,7 +68,7 @@ class ReplayRecords:
         n = batch.shape[0]
         data = {k: batch[k] for k in (*self.obs_keys, *KEPT) if k in batch.keys()}
         data["is_last"] = torch.zeros(n, 1, dtype=torch.bool)
-        data["next"] = TensorDict({k: batch["next", k] for k in KEPT_NEXT}, [n])
+        data["next"] = TensorDict({k: batch["next", k] for k in self.next_keys}, [n])
         if self.context is not None:
             data[CONTEXT] = self.context.encode(batch["next", "state"], batch["next", "belief"])
         return TensorDict(data, [n])

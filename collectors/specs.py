@@ -1,8 +1,15 @@
-"""Task sizes and replay bytes, from dm_control alone (no torch: start-up checks use them)."""
+"""What an environment emits and takes, and replay bytes, without torch (start-up checks use them).
+
+`env_spec(env_cfg)` answers per suite (DMC, Gymnasium, Atari, Crafter) by loading the task once per
+process: observation layout, action size and kind (one-hot discrete or a [-1, 1] box), episode
+limit and any per-step statistics the env logs (Crafter's achievements).
+"""
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
 
@@ -11,6 +18,75 @@ import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
 # policy_version, env_index and the storage's index (4 int64). tests/test_replay.py checks this
 # against real storage.
 RECORD_OVERHEAD_BYTES = 5 + 4 + 4 * 8
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    pixels: Optional[tuple[int, int, int]]  # uint8 [C, H, W], or None
+    vector_dim: Optional[int]  # float32 "observation" [D], or None
+    action_dim: int  # one-hot size (discrete) or box size in [-1, 1] (continuous)
+    discrete: bool
+    max_steps: int  # the episode's time limit in agent steps (evaluation stops there)
+    stats: tuple[str, ...] = ()  # per-step uint8 statistics under ("next", key), e.g. achievements
+    stats_dim: int = 0
+
+
+ENV_FIELDS = ("suite", "domain", "task", "id", "obs", "image_size", "action_repeat", "gray", "sticky",
+              "actions", "noops")
+
+
+def env_key(env_cfg: Any) -> tuple:
+    """The fields that decide an env's spec, from a dataclass, DictConfig or dict (old checkpoints
+    lack the suite keys: DMC)."""
+    get = env_cfg.get if isinstance(env_cfg, dict) else lambda k, d=None: getattr(env_cfg, k, d)
+    defaults = {"suite": "dmc", "id": None, "gray": False, "sticky": False, "actions": "minimal", "noops": 0}
+    return tuple(get(k, defaults.get(k)) for k in ENV_FIELDS)
+
+
+def env_spec(env_cfg: Any) -> EnvSpec:
+    return _spec(env_key(env_cfg))
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(key: tuple) -> EnvSpec:
+    cfg = dict(zip(ENV_FIELDS, key))
+    suite = cfg["suite"]
+    if suite == "dmc":
+        vector_dim, action_dim = task_dims(cfg["domain"], cfg["task"])
+        size = cfg["image_size"]
+        return EnvSpec(pixels=(3, size, size) if cfg["obs"] in ("pixels", "both") else None,
+                       vector_dim=vector_dim if cfg["obs"] in ("proprio", "both") else None,
+                       action_dim=action_dim, discrete=False,
+                       max_steps=math.ceil(1000 / cfg["action_repeat"]))  # DMC: 1,000 physics steps
+    if suite == "gym":
+        from collectors.envs.gym import make_gymnasium
+    elif suite in ("atari", "atari100k"):
+        from collectors.envs.atari import make_gymnasium
+    elif suite == "crafter":
+        from collectors.envs.crafter import make_gymnasium
+    else:
+        raise ValueError(f"unknown env suite {suite!r}")
+    env = make_gymnasium(cfg, seed=0)
+    try:
+        return gymnasium_spec(env)
+    finally:
+        env.close()
+
+
+def gymnasium_spec(env) -> EnvSpec:
+    """The spec of one of our Gymnasium envs (collectors/envs/common.py `dreamer_gymnasium`)."""
+    import gymnasium
+
+    spaces = env.observation_space.spaces
+    pixels = spaces.get("pixels")
+    stats = tuple(k for k in spaces if k not in ("pixels", "observation"))
+    action = env.action_space
+    discrete = isinstance(action, gymnasium.spaces.Discrete)
+    return EnvSpec(
+        pixels=(pixels.shape[2], pixels.shape[0], pixels.shape[1]) if pixels is not None else None,
+        vector_dim=spaces["observation"].shape[0] if "observation" in spaces else None,
+        action_dim=int(action.n) if discrete else int(action.shape[0]), discrete=discrete,
+        max_steps=env.max_steps, stats=stats, stats_dim=sum(math.prod(spaces[k].shape) for k in stats))
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,24 +99,22 @@ def task_dims(domain: str, task: str) -> tuple[int, int]:
     return int(obs), int(env.action_spec().shape[0])
 
 
-def action_dim(domain: str, task: str) -> int:
-    return task_dims(domain, task)[1]
-
-
-def observation_dim(domain: str, task: str) -> int:
-    """Size of the concatenated proprio state vector ("observation")."""
-    return task_dims(domain, task)[0]
-
-
 def context_bytes(stoch: int, deter: int) -> int:
     """The stored latent (collectors/records.py ContextSpec): uint8 class per categorical, float16 GRU state."""
     return stoch + 2 * deter
 
 
 def bytes_per_transition(pixels: tuple[int, int, int] | None, vector_dim: int | None, action_dim: int,
-                         context: int = 0) -> int:
+                         context: int = 0, stats: int = 0) -> int:
     """Host RAM one stored record takes: uint8 pixels at t only (obs[t+1] is the next record),
-    float32 vector observation and action, `context` bytes of stored latent. (An episode's final
-    observation takes one more record: +0.2% for 500-step DMC episodes.)"""
-    image = pixels[0] * pixels[1] * pixels[2] if pixels else 0
-    return image + 4 * (vector_dim or 0) + 4 * action_dim + context + RECORD_OVERHEAD_BYTES
+    float32 vector observation and action (one-hot for discrete actions), `context` bytes of stored
+    latent, `stats` uint8 statistics. (An episode's final observation takes one more record: +0.2%
+    for 500-step DMC episodes.)"""
+    image = math.prod(pixels) if pixels else 0
+    return image + 4 * (vector_dim or 0) + 4 * action_dim + context + stats + RECORD_OVERHEAD_BYTES
+
+
+def spec_bytes(spec: EnvSpec, context: int = 0) -> int:
+    return bytes_per_transition(spec.pixels, spec.vector_dim, spec.action_dim, context, spec.stats_dim)
+
+

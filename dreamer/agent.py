@@ -1,6 +1,7 @@
 """DreamerV3 agent assembled from torchrl 0.14.1's maintained parts.
 
-Only the small continuous actor head is ours (torchrl ships no continuous DreamerV3 actor).
+Only the small actor heads are ours (torchrl ships no DreamerV3 actor): a bounded normal for
+continuous actions, a categorical over one-hot actions with unimix for discrete ones.
 Sizes (dreamer/config.py WorldModelConfig): deter -> GRU units, hidden -> RSSM hidden units,
 stoch x classes -> latent, cnn_depth x cnn_mults -> conv stages, mlp_units -> every MLP's width,
 mlp_layers / head_layers / policy_layers -> depth of the vector encoder and decoder / reward and
@@ -40,7 +41,7 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.data import Bounded, Composite, Unbounded
+from torchrl.data import Bounded, Composite, OneHot, Unbounded
 from torchrl.envs.model_based.dreamer import DreamerEnv
 from torchrl.modules import (
     DreamerV3ImageDecoder,
@@ -53,6 +54,7 @@ from torchrl.modules import (
     WorldModelWrapper,
 )
 from torchrl.modules.distributions.continuous import IndependentNormal
+from torchrl.modules.distributions.discrete import OneHotCategorical
 from torchrl.objectives import (
     DreamerV3ActorLoss,
     DreamerV3Loss,
@@ -147,7 +149,44 @@ class ContinuousActorNet(nn.Module):
         return mean.tanh().float(), std.float()  # float: heads may run under bf16 autocast
 
 
-def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int) -> SimpleNamespace:
+class DiscreteActorNet(nn.Module):
+    """Categorical policy logits over `action_dim` one-hot actions, mixed with 1% uniform (official
+    `policy.unimix`: every action keeps some probability, which bounds the REINFORCE gradient)."""
+
+    def __init__(self, in_features: int, action_dim: int, layers: int, units: int, unimix: float):
+        super().__init__()
+        self.backbone = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
+        self.head = DreamerV3MLP(units, action_dim, depth=0, outscale=0.01)
+        self.unimix = unimix
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> torch.Tensor:
+        probs = self.head(self.backbone(belief, state)).float().softmax(-1)
+        probs = (1.0 - self.unimix) * probs + self.unimix / probs.shape[-1]
+        return probs.log()
+
+
+class OneHotActions(OneHotCategorical):
+    """torchrl's OneHotCategorical with float samples (the RSSM's action input) and a one-hot mode
+    (torchrl's marks every tied maximum, a multi-hot action)."""
+
+    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
+        return super().sample(sample_shape).float()
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return nn.functional.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).float()
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.mode
+
+
+def policy_distribution(discrete: bool) -> tuple[list[str], type]:
+    """(the actor net's output keys, the distribution class they parametrise)."""
+    return (["logits"], OneHotActions) if discrete else (["loc", "scale"], IndependentNormal)
+
+
+def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int, discrete: bool = False) -> SimpleNamespace:
     """The raw networks. Shared by the learner's modules and the acting policy."""
     s = sizes(wm_cfg)
     encoder = ObsEncoder(obs, s)
@@ -162,7 +201,7 @@ def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int) -> SimpleNamespace:
         num_layers=1, unimix=s.unimix)
     U = s.mlp_units
     return SimpleNamespace(
-        sizes=s, obs=obs, action_dim=action_dim, encoder=encoder, prior=prior, posterior=posterior,
+        sizes=s, obs=obs, action_dim=action_dim, discrete=discrete, encoder=encoder, prior=prior, posterior=posterior,
         pixel_decoder=(DreamerV3ImageDecoder(s.feat, obs.pixels, depth=s.cnn_depth, mults=s.cnn_mults,
                                              kernel_size=KERNEL, num_blocks=s.blocks)
                        if obs.pixels else None),
@@ -170,7 +209,8 @@ def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int) -> SimpleNamespace:
                         if obs.vector_dim else None),
         reward=DreamerV3MLP(s.feat, NBINS, depth=s.head_layers, num_cells=U, outscale=0.0),  # zero init: predicts 0
         cont=DreamerV3MLP(s.feat, 1, depth=s.head_layers, num_cells=U),
-        actor=ContinuousActorNet(s.feat, action_dim, s.policy_layers, U),
+        actor=(DiscreteActorNet(s.feat, action_dim, s.policy_layers, U, s.unimix) if discrete
+               else ContinuousActorNet(s.feat, action_dim, s.policy_layers, U)),
         value=DreamerV3MLP(s.feat, NBINS, depth=s.policy_layers, num_cells=U, outscale=0.0),
     )
 
@@ -200,10 +240,11 @@ def _world_model(n: SimpleNamespace) -> TensorDictSequential:
 
 
 def _actor(n: SimpleNamespace) -> ProbabilisticTensorDictSequential:
+    params, distribution = policy_distribution(n.discrete)
     return ProbabilisticTensorDictSequential(
-        TensorDictModule(n.actor, ["state", "belief"], ["loc", "scale"]),
+        TensorDictModule(n.actor, ["state", "belief"], params),
         ProbabilisticTensorDictModule(
-            ["loc", "scale"], ["action"], distribution_class=IndependentNormal,
+            params, ["action"], distribution_class=distribution,
             default_interaction_type=InteractionType.RANDOM, return_log_prob=True,
             log_prob_key="action_log_prob"))
 
@@ -226,7 +267,8 @@ def _imagination_env(n: SimpleNamespace, device) -> DreamerEnv:
     env = DreamerEnv(dynamics, prior_shape=(s.S,), belief_shape=(s.deter,), device=device)
     env.observation_spec = Composite(state=Unbounded(s.S), belief=Unbounded(s.deter), device=device)
     env.state_spec = env.observation_spec.clone()
-    env.action_spec = Bounded(-1, 1, (n.action_dim,), device=device)
+    env.action_spec = (OneHot(n.action_dim, device=device) if n.discrete
+                       else Bounded(-1, 1, (n.action_dim,), device=device))
     env.reward_spec = Unbounded((1,), device=device)
     return env
 
@@ -279,6 +321,10 @@ class DreamerAgent:
         return self.nets.action_dim
 
     @property
+    def discrete(self) -> bool:
+        return self.nets.discrete
+
+    @property
     def state_dim(self) -> int:
         return self.nets.sizes.S
 
@@ -288,16 +334,18 @@ class DreamerAgent:
 
 
 def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
-                device: str | torch.device = "cpu") -> DreamerAgent:
+                device: str | torch.device = "cpu", discrete: bool = False) -> DreamerAgent:
     """World model, actor, critic, DreamerV3Loss, optimizer and slow-critic updater on `device`.
 
     learner_cfg.actor_grad: "reinforce" (official, every action space: score-function gradient,
     no gradient through the world model) or "dynamics" (v1 for continuous actions: returns
-    backpropagated through the imagined dynamics).
+    backpropagated through the imagined dynamics). `discrete`: one-hot actions, REINFORCE only.
     """
+    if discrete and learner_cfg.actor_grad != "reinforce":
+        raise ValueError("learner.actor_grad: discrete actions train with reinforce only")
     device = torch.device(device)
     with torch.device(device):
-        n = build_nets(wm_cfg, obs, action_dim)
+        n = build_nets(wm_cfg, obs, action_dim, discrete)
     s, lc = n.sizes, learner_cfg
     world_model, actor, critic = _world_model(n), _actor(n), _critic(n)
 

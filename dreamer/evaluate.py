@@ -1,4 +1,4 @@
-"""Evaluation: episodes with the mode action in a separate env, an episode video, and the world
+"""Evaluation: episodes with the policy's mode (or, eval.sample_actions, a sample) in a separate env, an episode video, and the world
 model's open-loop prediction video (context frames observed, then imagined from actions alone).
 
 During training it runs in the training process on the learner's weights (the collector keeps its
@@ -11,7 +11,8 @@ PATH is a checkpoint file or a run's checkpoints/ dir (newest wins). Prints each
 mean/std, writes eval.json (and the videos) to DIR (default: the run's eval/ dir). Runs on CPU
 when there is no GPU, whatever the checkpoint was trained on.
 
-Proprio runs evaluate in an env that also renders pixels, so they get a video too.
+Vector-observation runs (DMC proprio, Gymnasium vector envs with rgb_array rendering) evaluate in
+an env that also renders pixels, so they get a video too.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tensordict import TensorDictBase
 from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
+from collectors.specs import env_spec
 from dreamer.agent import DreamerAgent
 from dreamer.disk import writing
 from dreamer.policy import build_acting_policy, primer_factory
@@ -46,7 +48,8 @@ class EvalResult:
 
 
 class Evaluator:
-    def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None):
+    def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None,
+                 sample_actions: bool = False):
         self.agent, self.video = agent, video
         self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
         primer = primer_factory(wm_cfg, agent.action_dim)
@@ -54,8 +57,9 @@ class Evaluator:
             self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
         else:
             self.env = env_factory(env_cfg, seed=seed, extra_transform=primer)()
-        self.policy = build_acting_policy(agent.nets, explore=False)
-        self.max_steps = int(1000 / env_cfg.action_repeat) + 1  # DMC episodes: 1000 physics steps
+        # the policy's mode, or (eval.sample_actions, the official way) a sample
+        self.policy = build_acting_policy(agent.nets, explore=sample_actions)
+        self.max_steps = env_spec(env_cfg).max_steps + 1
 
     def run(self, episodes: int, video_dir: Path | None = None, tag: str = "") -> EvalResult:
         result = EvalResult([], [])
@@ -82,7 +86,9 @@ class Evaluator:
 
     def _videos(self, traj: TensorDictBase, video_dir: Path, tag: str) -> dict[str, Path]:
         video_dir.mkdir(parents=True, exist_ok=True)
-        frames = torch.cat([traj["pixels"], traj["next", "pixels"][-1:]])  # [T+1, 3, H, W] uint8
+        frames = torch.cat([traj["pixels"], traj["next", "pixels"][-1:]])  # [T+1, C, H, W] uint8
+        if frames.shape[1] == 1:  # gray Atari
+            frames = frames.expand(-1, 3, -1, -1)
         videos = {"eval/video": write_video(video_dir / f"eval_{tag}.mp4", frames)}
         if self.agent.nets.pixel_decoder is not None:
             grid = open_loop_frames(self.agent, traj)
@@ -183,30 +189,36 @@ def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
 
 
 def _check_compatible(saved_env: dict, env) -> None:
-    """The model's encoder and actor fix the observation layout and action size."""
-    from collectors.envs import action_dim, observation_dim
+    """The model's encoder and actor fix the observation layout and the action size and kind."""
+    from collectors.specs import env_spec
     from dreamer.config import ConfigError
 
     for key in ("obs", "image_size"):
         if saved_env[key] != getattr(env, key):
             raise ConfigError(f"env.{key}", f"the checkpoint's model was trained with {saved_env[key]!r} "
                               f"(got {getattr(env, key)!r})")
-    was, now = (saved_env["domain"], saved_env["task"]), (env.domain, env.task)
-    if (observation_dim(*was), action_dim(*was)) != (observation_dim(*now), action_dim(*now)):
-        raise ConfigError("env.domain", f"the checkpoint's model was trained on {'_'.join(was)}, whose "
-                          f"observations/actions differ from {'_'.join(now)}'s")
+    was, now = env_spec(saved_env), env_spec(env)
+    layout = ("pixels", "vector_dim", "action_dim", "discrete")
+    if any(getattr(was, k) != getattr(now, k) for k in layout):
+        from dreamer.config import task_name
+
+        old = task_name(saved_env.get("suite", "dmc"), saved_env["domain"], saved_env["task"], saved_env.get("id"))
+        raise ConfigError("env.suite" if saved_env.get("suite", "dmc") != env.suite else "env.task",
+                          f"the checkpoint's model was trained on {old}, whose observations/actions "
+                          f"differ from {env.name}'s")
 
 
 def evaluate_checkpoint(state: dict, config, out_dir: Path) -> EvalResult:
     from dreamer.agent import ObsSpec, build_agent
-    from collectors.envs import action_dim, observation_dim
 
     env = config.env
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    obs = ObsSpec.from_env(env.obs, env.image_size, vector_dim=observation_dim(env.domain, env.task))
-    agent = build_agent(config.world_model, config.learner, obs, action_dim(env.domain, env.task), device)
+    spec = env_spec(env)
+    obs = ObsSpec(pixels=spec.pixels, vector_dim=spec.vector_dim)
+    agent = build_agent(config.world_model, config.learner, obs, spec.action_dim, device, discrete=spec.discrete)
     agent.loss.load_state_dict(state["loss"])
-    evaluator = Evaluator(agent, env, config.world_model, seed=config.seed + 2_000_000, video=config.eval.video)
+    evaluator = Evaluator(agent, env, config.world_model, seed=config.seed + 2_000_000, video=config.eval.video,
+                          sample_actions=config.eval.sample_actions)
     try:
         return evaluator.run(config.eval.episodes, out_dir, tag=f"{state['frames']:09d}")
     finally:
@@ -223,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {err}")
     env = config.env
     print(f"evaluating the checkpoint at {state['frames']} env steps ({state['updates']} updates) on {env.name} "
-          f"({env.obs}): {config.eval.episodes} episode(s), mode actions")
+          f"({env.obs}): {config.eval.episodes} episode(s), "
+          f"{'sampled' if config.eval.sample_actions else 'mode'} actions")
     result = evaluate_checkpoint(state, config, out_dir)
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths)):
         print(f"episode {i}: return {ret:.1f} ({length} steps)")

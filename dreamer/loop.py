@@ -21,11 +21,12 @@ import numpy as np
 import psutil
 from tqdm import tqdm
 
+from collectors.episodes import SuccessRates
 from dreamer import scores
 from dreamer.config import Config
 from dreamer.disk import DiskFullError, is_no_space
 from dreamer.evaluate import Evaluator
-from dreamer.metrics import MetricsLogger
+from dreamer.metrics import MetricsLogger, read_metrics
 from dreamer.stop import StopRequest
 from dreamer.trainer import Trainer
 
@@ -104,6 +105,7 @@ class _Loop:
         self.last_eval = None
         self.writer_cpu = (trainer.tracker.writer_cpu, frames)
         self.started = time.monotonic()
+        self.success = _success_rates(trainer)
 
     def run(self) -> None:
         t, total = self.t, self.cfg.collector.total_frames
@@ -175,10 +177,14 @@ class _Loop:
                 tqdm.write(f"warning: no final checkpoint: {err}")
 
     def add_episodes(self, frames: int, progress: Progress) -> None:
-        episodes = self.t.tracker.pop_finished()
+        episodes, stats = self.t.tracker.pop_finished(), self.t.tracker.pop_stats()
         progress.add_episodes(episodes)
         if episodes and self.metrics is not None:
-            self.metrics.log_episodes(frames, episodes)
+            self.metrics.log_episodes(frames, episodes, stats)
+        if stats and self.success is not None:
+            self.success.add([s["achievements"] for s in stats])
+            if self.metrics is not None:
+                self.metrics.log(frames, crafter_metrics(self.success))
 
     def write_scores(self) -> None:
         if self.metrics is not None:
@@ -216,7 +222,8 @@ class _Loop:
         cfg = self.cfg
         if self.evaluator is None:
             self.evaluator = Evaluator(self.t.agent, cfg.env, cfg.world_model, seed=cfg.seed + 1_000_000,
-                                       video=cfg.eval.video, stop=self.stop)
+                                       video=cfg.eval.video, stop=self.stop,
+                                       sample_actions=cfg.eval.sample_actions)
         self.last_eval = frames
         result = self.evaluator.run(cfg.eval.episodes, self.t.run_dir / "videos", tag=f"{frames:09d}")
         tqdm.write(f"eval at {frames} env steps: return {result.mean_return:.1f} over {len(result.returns)} episode(s)")
@@ -237,6 +244,28 @@ def memory_mb() -> dict[str, float]:
             rss += proc.memory_info().rss
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
     return {"system/driver_peak_rss_mb": peak_kb / 1024, "system/tree_rss_mb": rss / 2**20}
+
+
+def _success_rates(trainer: Trainer) -> SuccessRates | None:
+    """Crafter's achievement success rates over the run's training episodes (episodes.jsonl
+    holds each episode's achievements, so a resumed run continues the rates)."""
+    if "achievements" not in trainer.spec.stats:
+        return None
+    from collectors.envs.crafter import achievement_names
+
+    success = SuccessRates(achievement_names())
+    path = trainer.run_dir / "episodes.jsonl"
+    if path.exists():
+        success.add([row["achievements"] for row in read_metrics(path) if "achievements" in row])
+    return success
+
+
+def crafter_metrics(success: SuccessRates) -> dict[str, float]:
+    from collectors.envs.crafter import crafter_score
+
+    rates = success.rates()
+    return {**{f"crafter/success/{k}": v for k, v in rates.items()},
+            "crafter/score": crafter_score(list(rates.values())), "crafter/episodes": success.episodes}
 
 
 def _next_multiple(value: int, every: int) -> int:

@@ -38,11 +38,13 @@ class MetricsLogger:
         if self.wandb_run is not None:
             self.wandb_run.log(clean, step=step)
 
-    def log_episodes(self, step: int, episodes: list[tuple[float, int]]) -> None:
-        """Finished training episodes (return, length), each at the env step it was seen."""
+    def log_episodes(self, step: int, episodes: list[tuple[float, int]], stats: list[dict] | None = None) -> None:
+        """Finished training episodes (return, length), each at the env step it was seen, with the
+        env's end-of-episode stats (Crafter's achievements) where it has any."""
+        stats = stats or [{}] * len(episodes)
         with writing(self._episodes.name):
-            for ret, length in episodes:
-                self._episodes.write(json.dumps({"step": step, "return": ret, "length": length}) + "\n")
+            for (ret, length), extra in zip(episodes, stats):
+                self._episodes.write(json.dumps({"step": step, "return": ret, "length": length, **extra}) + "\n")
 
     def log_videos(self, step: int, videos: dict) -> None:
         """{name: mp4 path}: the paths go to the JSONL file, the videos to wandb."""

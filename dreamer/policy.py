@@ -27,9 +27,8 @@ from torchrl.data import Unbounded
 from torchrl.envs import TensorDictPrimer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import RSSMStateEstimatorV3
-from torchrl.modules.distributions.continuous import IndependentNormal
 
-from dreamer.agent import ObsSpec, build_nets, config_dict, sizes
+from dreamer.agent import ObsSpec, build_nets, config_dict, policy_distribution, sizes
 
 CARRY_KEYS = ("state", "belief", "previous_action")
 NEXT_CARRY_KEYS = tuple(("next", k) for k in CARRY_KEYS)
@@ -48,20 +47,27 @@ def primer_factory(wm_cfg: Any, action_dim: int) -> functools.partial:
 
 
 class ClipAndCarry(nn.Module):
-    """Clip to the DMC action box; the clipped action is both the env action and the next carry.
+    """Clip to the [-1, 1] action box; the clipped action is both the env action and the next carry.
 
     Normal samples are unbounded (|a| up to ~1.6 seen). Replay stores what the env executed.
     With the `random_actions` buffer set (replay prefill) actions are uniform instead; it is a
     buffer so that the learner's weight push switches it off in the server, no rebuild needed.
+    Discrete actions are float one-hot vectors: nothing to clip; uniform = a random one-hot.
     """
 
-    def __init__(self, random_actions: bool = False):
+    def __init__(self, random_actions: bool = False, discrete: bool = False):
         super().__init__()
+        self.discrete = discrete
         self.register_buffer("random_actions", torch.tensor(random_actions))
 
     def forward(self, action: torch.Tensor):
-        uniform = torch.rand_like(action) * 2 - 1
-        action = torch.where(self.random_actions, uniform, action.clamp(-1.0, 1.0))
+        action = action.float()
+        if self.discrete:
+            index = torch.randint(action.shape[-1], action.shape[:-1], device=action.device)
+            uniform = nn.functional.one_hot(index, action.shape[-1]).float()
+        else:
+            uniform, action = torch.rand_like(action) * 2 - 1, action.clamp(-1.0, 1.0)
+        action = torch.where(self.random_actions, uniform, action)
         return action, action.clone()
 
 
@@ -75,16 +81,18 @@ class DreamerActingPolicy(TensorDictModuleBase):
         super().__init__()
         self.explore = explore
         obs_keys = list(nets.obs.keys)
+        params, distribution = policy_distribution(nets.discrete)
         self.body = TensorDictSequential(
             TensorDictModule(nets.encoder, obs_keys, ["encoded_latents"]),
             # reads the root carry (zeroed where is_init), writes the new latent under "next"
             RSSMStateEstimatorV3(nets.prior, nets.posterior,
                                  in_keys=["state", "belief", "previous_action", "encoded_latents", "is_init"],
                                  out_keys=[("next", "state"), ("next", "belief")]),
-            TensorDictModule(nets.actor, [("next", "state"), ("next", "belief")], ["loc", "scale"]),
-            ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=IndependentNormal,
+            TensorDictModule(nets.actor, [("next", "state"), ("next", "belief")], params),
+            ProbabilisticTensorDictModule(params, ["action"], distribution_class=distribution,
                                           default_interaction_type=InteractionType.RANDOM),
-            TensorDictModule(ClipAndCarry(random_actions), ["action"], ["action", ("next", "previous_action")]),
+            TensorDictModule(ClipAndCarry(random_actions, nets.discrete), ["action"],
+                             ["action", ("next", "previous_action")]),
         )
         self.in_keys = obs_keys + ["is_init", *CARRY_KEYS]
         self.out_keys = ["action", *NEXT_CARRY_KEYS]
@@ -107,11 +115,13 @@ def build_acting_policy(nets, explore: bool = True, random_actions: bool = False
 class DreamerPolicyFactory:
     """Picklable zero-arg factory for the inference server. Holds sizes and optional weights only."""
 
-    def __init__(self, wm_cfg: Any, obs: ObsSpec, action_dim: int, *, explore: bool = True,
-                 device: str = "cpu", state_dict: dict | None = None, random_actions: bool = False):
+    def __init__(self, wm_cfg: Any, obs: ObsSpec, action_dim: int, *, discrete: bool = False,
+                 explore: bool = True, device: str = "cpu", state_dict: dict | None = None,
+                 random_actions: bool = False):
         self.wm_cfg = config_dict(wm_cfg)
         self.random_actions = random_actions  # prefill: uniform actions until the first weight push
         self.obs, self.action_dim, self.explore, self.device = obs, action_dim, explore, device
+        self.discrete = discrete
         self.state_dict = state_dict  # CPU tensors, e.g. build_acting_policy(agent.nets).state_dict()
 
     def __call__(self) -> DreamerActingPolicy:
@@ -120,7 +130,7 @@ class DreamerPolicyFactory:
             # spin on the cores the learner needs (measured: learner 3x slower on 2 cores).
             torch.set_num_threads(1)
         with torch.device(self.device):
-            policy = build_acting_policy(build_nets(self.wm_cfg, self.obs, self.action_dim), self.explore,
+            policy = build_acting_policy(build_nets(self.wm_cfg, self.obs, self.action_dim, self.discrete), self.explore,
                                          self.random_actions)
         if self.state_dict is not None:
             policy.load_state_dict(self.state_dict)

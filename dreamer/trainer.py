@@ -17,10 +17,11 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict, TensorDictBase
 
 from collectors.collector import build_collector
-from collectors.envs import action_dim, env_factory, observation_dim
+from collectors.envs import env_factory
 from collectors.episodes import EpisodeTracker
 from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from collectors.replay import SequenceReplay
+from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
 from dreamer import checkpoint
 from dreamer.agent import ObsSpec, build_agent
@@ -50,11 +51,11 @@ class Trainer:
         self.config, self.run_dir = config, Path(run_dir)
         env_cfg, rep = config.env, config.replay
         torch.manual_seed(config.seed)
-        self.obs = ObsSpec.from_env(env_cfg.obs, env_cfg.image_size,
-                                    vector_dim=observation_dim(env_cfg.domain, env_cfg.task))
-        self.action_dim = action_dim(env_cfg.domain, env_cfg.task)
+        self.spec = env_spec(env_cfg)
+        self.obs = ObsSpec(pixels=self.spec.pixels, vector_dim=self.spec.vector_dim)
+        self.action_dim = self.spec.action_dim
         self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
-                                 resolve_device(config.learner.device))
+                                 resolve_device(config.learner.device), discrete=self.spec.discrete)
         wm = config.world_model
         self.context = ContextSpec(wm.stoch, wm.classes, wm.deter) if rep.context else None
         self.learner = Learner(self.agent, config.learner, self.context)
@@ -62,7 +63,7 @@ class Trainer:
         # batch_length + 1 records: the first is context (its latent starts the sequence), the
         # others are the trained steps (dreamer/learner.py).
         self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length + 1)
-        self.tracker = EpisodeTracker()
+        self.tracker = EpisodeTracker(stats=self.spec.stats)
         self.frames_at_start = 0
         self.nonfinite_in_row = 0
         self.synced_at = 0  # learner updates at the last weight push
@@ -97,7 +98,8 @@ class Trainer:
         primer = primer_factory(cfg.world_model, self.action_dim)
         weights = {k: v.detach().cpu() for k, v in self.acting.state_dict().items()}
         prefilling = self.frames < cfg.learner.prefill_frames
-        factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, explore=True,
+        factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, discrete=self.spec.discrete,
+                                       explore=True,
                                        device=resolve_device(col.device), state_dict=weights,
                                        random_actions=prefilling)
         self.collector = build_collector(
@@ -111,7 +113,7 @@ class Trainer:
             static_batch_size=col.inference_static_batch_size,
             policy_device=resolve_device(col.device),
             replay=self.replay,
-            records=ReplayRecords(self.obs.keys, self.context),
+            records=ReplayRecords(self.obs.keys, self.context, stats=self.spec.stats),
             on_write=self.tracker,
         )
         before = {p.pid for p in psutil.Process().children()}

@@ -225,7 +225,7 @@ def test_count_parameters_matches_loss_parameters():
 
 def test_carry_flows_through_a_real_env():
     """Primer + policy in a DMC env: step_mdp turns ("next", carry) into the next call's root carry."""
-    from collectors.envs import make_dmc_env
+    from collectors.envs.dmc import make_dmc_env
 
     env = make_dmc_env("cartpole", "balance", obs="proprio", seed=0)
     env.append_transform(make_primer(TINY, 1))

@@ -1,7 +1,7 @@
 """DMC environments: specs, episode ends, action repeat."""
 import torch
 
-from collectors.envs import make_dmc_env
+from collectors.envs.dmc import make_dmc_env
 
 
 def test_pixel_env_renders_64x64_uint8_chw():

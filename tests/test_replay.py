@@ -76,7 +76,8 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
     from omegaconf import OmegaConf
 
     from collectors.collector import build_collector
-    from collectors.envs import action_dim, env_factory
+    from collectors.envs import env_factory
+    from collectors.specs import task_dims
     from collectors.records import ContextSpec, ReplayRecords
     from collectors.specs import bytes_per_transition, context_bytes
     from dreamer.agent import ObsSpec
@@ -86,7 +87,7 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
     env_cfg = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
                                     action_repeat=8, camera=None, fast_visuals=True))  # 125-step episodes
     wm = OmegaConf.merge(OmegaConf.structured(WorldModelConfig), OmegaConf.load(ROOT / "conf/world_model/tiny.yaml"))
-    obs, adim = ObsSpec.from_env("pixels", 64), action_dim("cartpole", "balance")
+    obs, adim = ObsSpec.from_env("pixels", 64), task_dims("cartpole", "balance")[1]
     replay = SequenceReplay(1, 1000, 2, 8)
     context = ContextSpec(wm.stoch, wm.classes, wm.deter)
     collector = build_collector([env_factory(env_cfg, seed=0, extra_transform=primer_factory(wm, adim))],

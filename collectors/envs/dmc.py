@@ -1,4 +1,4 @@
-"""DeepMind Control environments shaped for DreamerV3.
+"""DeepMind Control (suite `dmc`) shaped for DreamerV3.
 
 Pixels are rendered at the model's size directly (64x64) rather than at torchrl's default
 240x320 and resized, and the action repeat happens below the pixel wrapper, so skipped frames
@@ -12,10 +12,8 @@ are never rendered. Output keys:
 """
 from __future__ import annotations
 
-import functools
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
-from collectors.specs import action_dim, observation_dim  # noqa: F401  (re-exported)
 
 import dm_env
 from torchrl.envs import (
@@ -141,35 +139,3 @@ def make_dmc_env(
     if extra_transform is not None:
         transforms.append(extra_transform())
     return TransformedEnv(base, Compose(*transforms))
-
-
-def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
-                fast_visuals: bool | None = None):
-    """A picklable zero-argument factory, as the collector's worker processes need.
-
-    `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of proprio runs).
-    """
-    return functools.partial(
-        make_dmc_env,
-        domain=env_cfg.domain,
-        task=env_cfg.task,
-        obs=obs or env_cfg.obs,
-        image_size=env_cfg.image_size,
-        action_repeat=env_cfg.action_repeat,
-        camera=env_cfg.camera,
-        fast_visuals=env_cfg.fast_visuals if fast_visuals is None else fast_visuals,
-        seed=seed,
-        extra_transform=extra_transform,
-    )
-
-
-def random_actions(env: EnvBase, steps: int) -> float:
-    """Steps `env` with uniform random actions; returns the summed reward (for baselines/tests)."""
-    total = 0.0
-    td = env.reset()
-    for _ in range(steps):
-        td = env.rand_step(td)
-        total += float(td["next", "reward"].sum())
-        done = td["next", "done"].any()
-        td = env.reset() if done else td["next"]
-    return total

@@ -1,0 +1,76 @@
+"""Environments, one module per suite, behind one factory (`env.suite` picks the module).
+
+  dmc      DeepMind Control (dm_control), continuous actions            collectors/envs/dmc.py
+  gym      any registered Gymnasium env id                              collectors/envs/gym.py
+  atari    Atari through ale-py (suite atari100k: the Atari 100k setting) collectors/envs/atari.py
+  crafter  Crafter                                                      collectors/envs/crafter.py
+
+Every env is a torchrl env with the same keys: `pixels` uint8 [C, H, W] and/or `observation`
+float32 [D], `action` (one-hot for discrete action spaces, else in [-1, 1]), ("next", reward /
+done / terminated / truncated), `is_init`, `step_count`. Suite modules import torchrl only when
+building an env, so start-up checks (collectors/specs.py) stay torch-free.
+"""
+from __future__ import annotations
+
+import functools
+
+
+def make_env(env_cfg: dict, seed: int, extra_transform=None):
+    """One env of `env_cfg` (a plain dict of EnvConfig's fields) as a torchrl env."""
+    suite = env_cfg.get("suite", "dmc")
+    if suite == "dmc":
+        from collectors.envs.dmc import make_dmc_env
+
+        return make_dmc_env(env_cfg["domain"], env_cfg["task"], obs=env_cfg["obs"], image_size=env_cfg["image_size"],
+                            action_repeat=env_cfg["action_repeat"], camera=env_cfg.get("camera"),
+                            fast_visuals=env_cfg.get("fast_visuals", False), seed=seed,
+                            extra_transform=extra_transform)
+    from collectors.envs.common import to_torchrl
+
+    if suite == "gym":
+        from collectors.envs.gym import make_gymnasium
+    elif suite in ("atari", "atari100k"):
+        from collectors.envs.atari import make_gymnasium
+    elif suite == "crafter":
+        from collectors.envs.crafter import make_gymnasium
+    else:
+        raise ValueError(f"env.suite: unknown suite {suite!r}")
+    return to_torchrl(make_gymnasium(env_cfg, seed), seed, extra_transform)
+
+
+def _plain(env_cfg) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+    import dataclasses
+
+    if isinstance(env_cfg, DictConfig):
+        return OmegaConf.to_container(env_cfg, resolve=True)
+    if dataclasses.is_dataclass(env_cfg):
+        return dataclasses.asdict(env_cfg)
+    return dict(env_cfg)
+
+
+def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
+                fast_visuals: bool | None = None):
+    """A picklable zero-argument factory, as the collector's worker processes need.
+
+    `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of vector-
+    observation runs: obs="both").
+    """
+    cfg = _plain(env_cfg)
+    if obs is not None:
+        cfg["obs"] = obs
+    if fast_visuals is not None:
+        cfg["fast_visuals"] = fast_visuals
+    return functools.partial(make_env, cfg, seed, extra_transform)
+
+
+def random_actions(env, steps: int) -> float:
+    """Steps `env` with uniform random actions; returns the summed reward (for baselines/tests)."""
+    total = 0.0
+    td = env.reset()
+    for _ in range(steps):
+        td = env.rand_step(td)
+        total += float(td["next", "reward"].sum())
+        done = td["next", "done"].any()
+        td = env.reset() if done else td["next"]
+    return total

@@ -1,0 +1,1 @@
+"""The test suite (a regular package: crafter's dependency opensimplex installs a top-level `tests`)."""
