@@ -53,8 +53,6 @@ from torchrl.modules import (
     SymExpTwoHot,
     WorldModelWrapper,
 )
-from torchrl.modules.distributions.continuous import IndependentNormal
-from torchrl.modules.distributions.discrete import OneHotCategorical
 from torchrl.objectives import (
     DreamerV3ActorLoss,
     DreamerV3Loss,
@@ -66,6 +64,8 @@ from torchrl.objectives import (
 )
 from torchrl.objectives.utils import ValueEstimators
 from torchrl.trainers.algorithms import DreamerV3Optimizer
+
+from dreamer.actors import ContinuousActorNet, DiscreteActorNet, policy_distribution
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
 KERNEL = 5  # official; v1 used 4, but torchrl's conv blocks need an odd kernel
@@ -127,63 +127,6 @@ class ObsEncoder(nn.Module):
         if self.mlp is not None:
             parts.append(self.mlp(symlog(inputs.pop(0))))
         return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
-
-
-class ContinuousActorNet(nn.Module):
-    """Our continuous head (torchrl has none): tanh mean, std in [0.1, 1] (JAX repo's bounded normal).
-
-    outscale 0.01 on the last layer keeps initial actions near 0 with std ~0.89.
-    """
-
-    def __init__(self, in_features: int, action_dim: int, layers: int, units: int,
-                 min_std: float = 0.1, max_std: float = 1.0):
-        super().__init__()
-        self.backbone = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
-        self.head = DreamerV3MLP(units, 2 * action_dim, depth=0, outscale=0.01)
-        self.min_std, self.max_std = min_std, max_std
-
-    def forward(self, state: torch.Tensor, belief: torch.Tensor):
-        # (belief, state) order: every head must concatenate the same way.
-        mean, std = self.head(self.backbone(belief, state)).chunk(2, -1)
-        std = (self.max_std - self.min_std) * torch.sigmoid(std + 2.0) + self.min_std
-        return mean.tanh().float(), std.float()  # float: heads may run under bf16 autocast
-
-
-class DiscreteActorNet(nn.Module):
-    """Categorical policy logits over `action_dim` one-hot actions, mixed with 1% uniform (official
-    `policy.unimix`: every action keeps some probability, which bounds the REINFORCE gradient)."""
-
-    def __init__(self, in_features: int, action_dim: int, layers: int, units: int, unimix: float):
-        super().__init__()
-        self.backbone = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
-        self.head = DreamerV3MLP(units, action_dim, depth=0, outscale=0.01)
-        self.unimix = unimix
-
-    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> torch.Tensor:
-        probs = self.head(self.backbone(belief, state)).float().softmax(-1)
-        probs = (1.0 - self.unimix) * probs + self.unimix / probs.shape[-1]
-        return probs.log()
-
-
-class OneHotActions(OneHotCategorical):
-    """torchrl's OneHotCategorical with float samples (the RSSM's action input) and a one-hot mode
-    (torchrl's marks every tied maximum, a multi-hot action)."""
-
-    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
-        return super().sample(sample_shape).float()
-
-    @property
-    def mode(self) -> torch.Tensor:
-        return nn.functional.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).float()
-
-    @property
-    def deterministic_sample(self) -> torch.Tensor:
-        return self.mode
-
-
-def policy_distribution(discrete: bool) -> tuple[list[str], type]:
-    """(the actor net's output keys, the distribution class they parametrise)."""
-    return (["logits"], OneHotActions) if discrete else (["loc", "scale"], IndependentNormal)
 
 
 def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int, discrete: bool = False) -> SimpleNamespace:

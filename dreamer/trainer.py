@@ -244,8 +244,9 @@ class Trainer:
 
 
 def _plain_stream(stream: TensorDictBase | None) -> dict | None:
-    """A replay stream as nested dicts of tensors (a checkpoint holds only plain types)."""
-    return None if stream is None else {"data": stream.to_dict(), "length": stream.shape[0]}
+    """A replay stream as nested dicts of tensors (a checkpoint holds only plain types). Cloned: a
+    slice of the ring is a view, and torch.save writes a view's whole storage (the full capacity)."""
+    return None if stream is None else {"data": stream.clone().to_dict(), "length": stream.shape[0]}
 
 
 def rng_state() -> dict:

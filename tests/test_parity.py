@@ -16,10 +16,11 @@ PROPRIO = ObsSpec(pixels=None, vector_dim=5)
 WORLD_MODEL_PARTS = ("encoder", "prior", "posterior", "vector_decoder", "reward", "cont")
 
 
-def tiny(actor_grad="reinforce", **learner):
+def tiny(actor_grad="reinforce", discrete=False, **learner):
+    """Continuous (1 action in [-1, 1]) or discrete (3 one-hot actions) tiny agent."""
     torch.manual_seed(0)
     cfg = LearnerConfig(actor_grad=actor_grad, lr_warmup_steps=0, **learner)
-    return build_agent(TINY, cfg, PROPRIO, 1), cfg
+    return build_agent(TINY, cfg, PROPRIO, 3 if discrete else 1, discrete=discrete), cfg
 
 
 def with_random_heads(agent):
@@ -40,10 +41,11 @@ def start_states(agent, n=32, seed=1):
 
 
 # -- the actor ------------------------------------------------------------------------------
-def test_reinforce_actor_loss_is_the_official_formula_recomputed_from_its_imagined_data():
+@pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
+def test_reinforce_actor_loss_is_the_official_formula_recomputed_from_its_imagined_data(discrete):
     """loss = -mean(w * logpi(sg(a)) * sg((R_lambda - v) / max(1, S))) - 3e-4 * mean(w * H), with S
     the EMA (rate 0.01, no debias) of the 5th-95th percentile range of the lambda-returns."""
-    agent, cfg = tiny()
+    agent, cfg = tiny(discrete=discrete)
     with_random_heads(agent)
     loss_module = agent.actor_loss
     low0, high0 = loss_module.return_low.clone(), loss_module.return_high.clone()
@@ -70,15 +72,21 @@ def test_reinforce_actor_loss_is_the_official_formula_recomputed_from_its_imagin
         dist = agent.actor.get_dist(imagined.select("state", "belief"))
         log_prob = dist.log_prob(imagined["action"]).unsqueeze(-1)
         entropy = dist.entropy().unsqueeze(-1)
+        if discrete:  # one-hot imagined actions; log-probs and entropy of the unimix categorical
+            assert ((imagined["action"] == 0) | (imagined["action"] == 1)).all()
+            assert (imagined["action"].sum(-1) == 1).all()
+            probs = dist.probs
+            assert torch.allclose(log_prob.squeeze(-1), (probs * imagined["action"]).sum(-1).log(), atol=1e-5)
+            assert torch.allclose(entropy.squeeze(-1), -(probs * probs.log()).sum(-1), atol=1e-5)
         weight = imagined["discount_weight"]
         expected = -(weight * log_prob * advantage).mean() - 3e-4 * (weight * entropy).mean()
     assert advantage.abs().mean() > 0.05 and scale > 1  # a non-trivial case
     assert torch.allclose(out["loss_actor"], expected, atol=1e-6), (out["loss_actor"], expected)
 
 
-@pytest.mark.parametrize("actor_grad", ["reinforce", "dynamics"])
-def test_no_actor_loss_gradient_reaches_the_world_model(actor_grad):
-    agent, _ = tiny(actor_grad)
+@pytest.mark.parametrize("actor_grad, discrete", [("reinforce", False), ("dynamics", False), ("reinforce", True)])
+def test_no_actor_loss_gradient_reaches_the_world_model(actor_grad, discrete):
+    agent, _ = tiny(actor_grad, discrete)
     out, _ = agent.actor_loss(start_states(with_random_heads(agent)))
     out["loss_actor"].backward()
     for part in WORLD_MODEL_PARTS:

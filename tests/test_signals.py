@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM stop train.py and every worker it started within 10 s, after a final checkpoint."""
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def long_run(*extra: str):
             leftover.kill()
         if proc.poll() is None:
             proc.kill()
+        shutil.rmtree(run_dir(tag), ignore_errors=True)
 
 
 def run_dir(tag: str) -> Path:

@@ -1,0 +1,188 @@
+"""Every suite (DMC, Gymnasium, Atari, Crafter): keys, shapes and dtypes, episode ends, the discrete
+actor, and bad input at start-up."""
+import numpy as np
+import pytest
+import torch
+from torchrl.data import OneHot
+
+import tests.gym_envs  # noqa: F401  (registers the DreamerTest/* envs)
+from collectors.envs import make_env
+from collectors.specs import env_key, env_spec
+from dreamer.actors import DiscreteActorNet, OneHotActions
+from dreamer.config import ConfigError, EnvConfig, check_task
+
+
+def env_cfg(**fields) -> dict:
+    import dataclasses
+
+    return {**dataclasses.asdict(EnvConfig()), **fields}
+
+
+CARTPOLE = env_cfg(suite="gym", id="CartPole-v1", obs="proprio", action_repeat=1)
+PENDULUM = env_cfg(suite="gym", id="Pendulum-v1", obs="proprio", action_repeat=1)
+PONG = env_cfg(suite="atari100k", task="pong", obs="pixels", action_repeat=4, noops=30)
+FULL_ATARI = env_cfg(suite="atari", task="breakout", obs="pixels", image_size=96, action_repeat=4, gray=True,
+                     sticky=True, actions="all", noops=30)
+CRAFTER = env_cfg(suite="crafter", task="reward", obs="pixels", action_repeat=1)
+DICT_ENV = env_cfg(suite="gym", id="DreamerTest/DictImageVector-v0", obs="both", action_repeat=1)
+DMC = env_cfg(suite="dmc", domain="cartpole", task="balance", obs="both", action_repeat=2)
+
+CASES = {  # cfg, pixels [C, H, W], vector dim, actions, discrete
+    "gym_cartpole": (CARTPOLE, None, 4, 2, True),
+    "gym_pendulum": (PENDULUM, None, 3, 1, False),
+    "gym_dict_image_vector": (DICT_ENV, (3, 64, 64), 10, 3, True),
+    "atari100k_pong": (PONG, (3, 64, 64), None, 6, True),
+    "atari_breakout_full": (FULL_ATARI, (1, 96, 96), None, 18, True),
+    "crafter": (CRAFTER, (3, 64, 64), None, 17, True),
+    "dmc_cartpole": (DMC, (3, 64, 64), 5, 1, False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_suite_emits_the_apps_keys_shapes_and_dtypes(name):
+    cfg, pixels, vector_dim, actions, discrete = CASES[name]
+    spec = env_spec(cfg)
+    assert (spec.pixels, spec.vector_dim, spec.action_dim, spec.discrete) == (pixels, vector_dim, actions, discrete)
+    env = make_env(cfg, seed=0)
+    try:
+        assert isinstance(env.action_spec, OneHot) == discrete
+        td = env.rand_step(env.reset())
+        if discrete:
+            assert td["action"].shape == (actions,) and td["action"].sum() == 1
+        else:
+            assert td["action"].shape == (actions,) and td["action"].abs().max() <= 1
+        for root in (td, td["next"]):
+            if pixels:
+                assert root["pixels"].dtype == torch.uint8 and tuple(root["pixels"].shape) == pixels
+            else:
+                assert "pixels" not in root.keys()
+            if vector_dim:
+                assert root["observation"].dtype == torch.float32 and root["observation"].shape == (vector_dim,)
+        assert td["next", "reward"].dtype == torch.float32 and td["next", "reward"].shape == (1,)
+        assert td["is_init"].item() and not td["next", "is_init"].item()
+        for flag in ("done", "terminated", "truncated"):
+            assert td["next", flag].dtype == torch.bool
+    finally:
+        env.close()
+
+
+def run_episode(env, max_steps=5000):
+    td = env.reset()
+    for step in range(1, max_steps + 1):
+        td = env.rand_step(td)
+        if td["next", "done"].item():
+            return step, td["next", "terminated"].item(), td["next", "truncated"].item()
+        td = td["next"]
+    raise AssertionError("episode did not end")
+
+
+def test_gymnasium_termination_and_time_limit():
+    env = make_env(CARTPOLE, seed=0)
+    steps, terminated, truncated = run_episode(env)
+    assert terminated and not truncated and steps < 200  # the pole fell under random actions
+    env = make_env(PENDULUM, seed=0)
+    assert run_episode(env) == (200, False, True)  # Pendulum has no end but its 200-step limit
+    env = make_env({**PENDULUM, "action_repeat": 3}, seed=0)
+    assert run_episode(env) == (67, False, True)  # 200 frames at repeat 3, the last repeat cut short
+
+
+def test_atari_game_over_is_terminated_and_the_frame_limit_truncated(monkeypatch):
+    from collectors.envs import atari
+
+    steps, terminated, truncated = run_episode(make_env(PONG, seed=0))
+    assert terminated and not truncated  # a random player loses 21 points
+    monkeypatch.setattr(atari, "LENGTH_FRAMES", 40)
+    assert run_episode(make_env(PONG, seed=0)) == (10, False, True)
+
+
+def test_atari_losing_a_life_does_not_end_the_episode():
+    env = atari_env = make_env(env_cfg(**{**PONG, "task": "breakout"}), seed=0)
+    gym_env = atari_env.base_env._env
+    td, lives_lost = env.reset(), 0
+    lives = gym_env.ale.lives()
+    for _ in range(3000):
+        td = env.rand_step(td)
+        now = gym_env.ale.lives()
+        if 0 < now < lives:
+            lives_lost += 1
+            assert not td["next", "done"].item()
+        lives = now
+        if td["next", "done"].item():
+            break
+        td = td["next"]
+    assert lives_lost >= 1
+
+
+def test_crafter_death_is_terminated_and_the_step_limit_truncated(monkeypatch):
+    from collectors.envs import crafter
+
+    monkeypatch.setattr(crafter, "LENGTH", 30)
+    env = make_env(CRAFTER, seed=0)
+    assert run_episode(env) == (30, False, True)
+    achievements = env.reset()["achievements"]
+    assert achievements.dtype == torch.uint8 and achievements.shape == (22,) and achievements.sum() == 0
+    inner = env.base_env._env
+    real_step = inner._env.step
+
+    def dies(action):
+        image, reward, _, info = real_step(action)
+        return image, reward, True, {**info, "discount": 0.0}
+
+    inner._env.step = dies
+    td = env.rand_step(env.reset())
+    assert td["next", "terminated"].item() and not td["next", "truncated"].item()
+
+
+def test_crafter_score_is_the_benchmarks_geometric_mean():
+    from collectors.envs.crafter import crafter_score
+
+    assert crafter_score([0.0] * 22) == pytest.approx(0.0)
+    assert crafter_score([100.0] * 22) == pytest.approx(100.0)
+    rates = [100.0] * 11 + [0.0] * 11
+    assert crafter_score(rates) == pytest.approx(np.sqrt(101.0) - 1.0)  # exp(mean(log(1 + s))) - 1
+
+
+def test_discrete_actor_mixes_in_one_percent_uniform_and_its_mode_is_one_hot():
+    torch.manual_seed(0)
+    net = DiscreteActorNet(in_features=8, action_dim=4, layers=1, units=16, unimix=0.01)
+    with torch.no_grad():
+        for p in net.head.parameters():
+            p.mul_(1000)  # a near-deterministic policy
+        logits = net(torch.randn(64, 4), torch.randn(64, 4))
+    probs = logits.exp()
+    assert torch.allclose(probs.sum(-1), torch.ones(64), atol=1e-5)
+    assert probs.min() >= 0.01 / 4 - 1e-6  # every action keeps unimix / K
+    dist = OneHotActions(logits=logits)
+    sample = dist.sample()
+    assert sample.dtype == torch.float32 and (sample.sum(-1) == 1).all()
+    assert torch.allclose(dist.log_prob(sample), (probs * sample).sum(-1).log(), atol=1e-5)
+    tied = OneHotActions(logits=torch.zeros(2, 5))
+    assert (tied.mode.sum(-1) == 1).all()  # torchrl's own mode would be all ones here
+
+
+def test_old_dmc_checkpoint_env_configs_have_a_spec():
+    saved = {"domain": "cartpole", "task": "balance", "obs": "proprio", "image_size": 64, "action_repeat": 2,
+             "camera": None, "fast_visuals": False}  # saved before the suites existed
+    assert env_key(saved)[0] == "dmc" and env_spec(saved).vector_dim == 5
+
+
+@pytest.mark.parametrize("fields, key, words", [
+    (dict(suite="gym", id="CartPol-v1", obs="proprio"), "env.id", ["closest registered ids", "CartPole-v1"]),
+    (dict(suite="gym", id=None), "env.id", ["needs a Gymnasium env id"]),
+    (dict(suite="atari100k", task="pongg"), "env.task", ["unknown Atari game", "pong", "breakout"]),
+    (dict(suite="gym", id="DreamerTest/Text-v0", obs="proprio"), "env.id", ["Text("]),
+    (dict(suite="gym", id="DreamerTest/DictNested-v0", obs="proprio"), "env.id", ["goal: Discrete(4)"]),
+    (dict(suite="gym", id="DreamerTest/MultiDiscrete-v0", obs="proprio"), "env.id", ["MultiDiscrete"]),
+    (dict(suite="gym", id="tests.no_such_module:X-v0"), "env.id", ["cannot import"]),
+    (dict(suite="crafter", task="score"), "env.task", ["reward, noreward"]),
+    (dict(suite="crafter", task="reward", obs="proprio"), "env.obs", ["pixels only"]),
+    (dict(suite="gym", id="CartPole-v1", obs="pixels", image_size=8), "env.image_size", [">= 16"]),
+    (dict(suite="atari", actions="some"), "env.actions", ["minimal, all"]),
+    (dict(suite="mujoco"), "env.suite", ["dmc, gym, atari, atari100k, crafter"]),
+])
+def test_bad_env_input_names_the_key(fields, key, words):
+    with pytest.raises(ConfigError) as err:
+        check_task(EnvConfig(**{"task": "pong", **fields}))
+    assert err.value.key == key, str(err.value)
+    for word in words:
+        assert word in str(err.value)
