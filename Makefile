@@ -18,7 +18,7 @@ $(STAMP): requirements.lock scripts/install_system_deps.sh
 	touch $(STAMP)
 
 train: install
-	@preset=$$($(PY) -c 'import torch; print("" if torch.cuda.is_available() else "experiment=quick")'); \
+	@preset=$$($(PY) -c 'import torch; print("" if torch.cuda.is_available() else "experiment=learn_cartpole")'); \
 	echo "+ python train.py $$preset $(ARGS)"; \
 	$(PY) train.py $$preset $(ARGS)
 

@@ -7,7 +7,7 @@ Runs `python train.py experiment=<preset> seed=<s>` once per seed, one after ano
 at a time (each then gets cores/N intra-op threads: a small eager learner uses a second core
 poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each
 run's scores.json (eval returns against env frames) and prints a table: task, budget, each seed's final eval return, the median, the uniform-random
-policy's mean return on the same task and action repeat (measured here), and the published
+policy's mean return in the same env (measured here, any suite), and the published
 official DreamerV3 median at the same env frames (benchmarks/reference/<suite>_<task>.json, read
 from the official score files) where one is checked in. Curves go to <out>/curves.json and curves.png.
 """
@@ -43,8 +43,12 @@ def reference_at(suite: str, task: str, frames: int) -> dict | None:
             "seeds": len(values), "source": ref["source"]}
 
 
-def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int, str]:
-    """(domain, task, action_repeat, obs) the preset trains on (after env.* overrides)."""
+def preset_env(preset: str, overrides: list[str]):
+    """The EnvConfig the preset trains on (after env.* overrides)."""
+    import dataclasses
+
+    from dreamer.config import EnvConfig
+
     exp = yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text())
     env_name = next((d["override /env"] for d in exp.get("defaults", []) if isinstance(d, dict)
                      and "override /env" in d), "dmc_walker_walk")
@@ -54,28 +58,42 @@ def preset_env(preset: str, overrides: list[str]) -> tuple[str, str, int, str]:
         key, _, value = item.partition("=")
         if key.startswith("env."):
             env[key[4:]] = yaml.safe_load(value)
-    return env["domain"], env["task"], int(env["action_repeat"]), env["obs"]
+    fields = {f.name for f in dataclasses.fields(EnvConfig)}
+    env = {k: v for k, v in env.items() if k in fields and not (isinstance(v, str) and v.startswith("${"))}
+    return EnvConfig(**env)
 
 
-def random_return(domain: str, task: str, action_repeat: int, episodes: int) -> tuple[float, float]:
-    """Mean and std of the return of uniform random actions (the prefill policy), from dm_control."""
+def reference_suite(env) -> str:
+    """The official score files' suite name for this env (dmc_proprio / dmc_vision split DMC)."""
+    if env.suite == "dmc":
+        return "dmc_proprio" if env.obs == "proprio" else "dmc_vision"
+    return env.suite
+
+
+def random_return(env_cfg, episodes: int) -> tuple[float, float]:
+    """Mean and std of the return of uniform random actions (the prefill policy), in the app's env."""
+    import dataclasses
+
     import numpy as np
+    import torch
 
-    import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
-    from dm_control import suite
+    from collectors.envs import make_env
+    from collectors.specs import env_spec
 
+    cfg = dataclasses.asdict(env_cfg)
+    limit = env_spec(cfg).max_steps
     returns = []
     for seed in range(episodes):
-        env = suite.load(domain, task, task_kwargs={"random": 10_000 + seed})
-        spec, rng = env.action_spec(), np.random.default_rng(seed)
-        step, total = env.reset(), 0.0
-        while not step.last():
-            action = rng.uniform(spec.minimum, spec.maximum)
-            for _ in range(action_repeat):
-                step = env.step(action)
-                total += step.reward or 0.0
-                if step.last():
-                    break
+        torch.manual_seed(seed)
+        env = make_env(cfg, seed=10_000 + seed)
+        td, total = env.reset(), 0.0
+        for _ in range(limit):
+            td = env.rand_step(td)
+            total += float(td["next", "reward"])
+            if td["next", "done"].item():
+                break
+            td = td["next"]
+        env.close()
         returns.append(total)
     return float(np.mean(returns)), float(np.std(returns))
 
@@ -154,17 +172,16 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--parallel must be >= 1 (got {args.parallel})")
     out = args.out or ROOT / "outputs" / f"learning-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    domain, task, repeat, obs = preset_env(args.preset, args.overrides)
-    name, suite = f"dmc_{domain}_{task}", "dmc_proprio" if obs == "proprio" else "dmc_vision"
-    rand_mean, rand_std = random_return(domain, task, repeat, args.random_episodes)
-    print(f"uniform random policy on {name} (action repeat {repeat}): {rand_mean:.1f} +- {rand_std:.1f} "
+    env = preset_env(args.preset, args.overrides)
+    name, suite = env.name, reference_suite(env)
+    rand_mean, rand_std = random_return(env, args.random_episodes)
+    print(f"uniform random policy on {name} (action repeat {env.action_repeat}): {rand_mean:.1f} +- {rand_std:.1f} "
           f"over {args.random_episodes} episodes", flush=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     curves = train_seeds(args.preset, seeds, out, args.overrides, args.parallel)
     finals = [c["ys"][-1] for c in curves.values()]
     frames = min(c["xs"][-1] for c in curves.values())
-    median = statistics.median(finals)
-    ref = reference_at(suite, f"{domain}_{task}", frames)
+    ref = reference_at(suite, name.split("_", 1)[1], frames)
     (out / "curves.json").write_text(json.dumps({"task": name, "preset": args.preset, "random_mean": rand_mean,
                                                  "random_std": rand_std, "reference": ref, "curves": curves},
                                                 indent=2))

@@ -46,10 +46,16 @@ def test_soak_slope_is_measured_over_the_second_half():
 def test_learning_benchmark_reads_the_preset_task_and_measures_random_returns():
     from benchmarks.learning import preset_env, random_return
 
-    assert preset_env("learn_cpu", []) == ("cartpole", "swingup", 2, "proprio")
-    assert preset_env("learn_cpu", ["env.action_repeat=4"]) == ("cartpole", "swingup", 4, "proprio")
-    assert preset_env("quick", []) == ("cartpole", "balance", 2, "proprio")
-    mean, std = random_return("cartpole", "swingup", 8, episodes=2)
+    def fields(env):
+        return env.name, env.action_repeat, env.obs
+
+    assert fields(preset_env("learn_cpu", [])) == ("dmc_cartpole_swingup", 2, "proprio")
+    assert fields(preset_env("learn_cpu", ["env.action_repeat=4"])) == ("dmc_cartpole_swingup", 4, "proprio")
+    assert fields(preset_env("quick", [])) == ("dmc_cartpole_balance", 2, "proprio")
+    assert fields(preset_env("learn_cartpole", [])) == ("gym_CartPole-v1", 1, "proprio")
+    cartpole, _ = random_return(preset_env("learn_cartpole", []), episodes=10)
+    assert 10 < cartpole < 40  # CartPole-v1's random policy: ~22
+    mean, std = random_return(preset_env("learn_cpu", ["env.action_repeat=8"]), episodes=2)
     assert 0 < mean < 400 and std >= 0
 
 

@@ -24,10 +24,31 @@ def test_defaults_compose_and_validate():
     assert cfg.world_model.size == "s"
 
 
-@pytest.mark.parametrize("preset", ["quick", "learn_cpu", "dmc_vision", "seed_pixel_64env"])
+@pytest.mark.parametrize("preset", ["quick", "learn_cpu", "learn_cartpole", "dmc_vision", "seed_pixel_64env",
+                                    "atari100k", "crafter"])
 def test_experiment_presets_compose(preset):
     cfg = composed(f"experiment={preset}")
     assert cfg.collector.num_envs >= 1
+
+
+@pytest.mark.parametrize("preset, suite, name, repeat", [
+    ("gym_cartpole", "gym", "gym_CartPole-v1", 1), ("atari_pong", "atari100k", "atari100k_pong", 4),
+    ("atari_breakout", "atari100k", "atari100k_breakout", 4), ("atari", "atari", "atari_pong", 4),
+    ("crafter", "crafter", "crafter_reward", 1), ("dmc_walker_walk", "dmc", "dmc_walker_walk", 2)])
+def test_env_presets_validate_with_official_task_names(preset, suite, name, repeat):
+    cfg = validate(composed(f"env={preset}", "world_model=tiny"))
+    assert (cfg.env.suite, cfg.env.name, cfg.env.action_repeat) == (suite, name, repeat)
+
+
+def test_official_atari100k_and_crafter_settings():
+    atari = validate(composed("experiment=atari100k")).env
+    assert (atari.image_size, atari.gray, atari.sticky, atari.actions, atari.noops) == (64, False, False, "minimal", 30)
+    full = validate(composed("env=atari")).env
+    assert (full.image_size, full.gray, full.sticky, full.actions) == (96, True, True, "all")
+    for preset, ratio, steps in (("atari100k", 256, 110_000), ("crafter", 512, 1_100_000)):
+        cfg = composed(f"experiment={preset}")
+        assert (cfg.learner.train_ratio, cfg.collector.total_frames, cfg.collector.num_envs) == (ratio, steps, 1)
+        assert cfg.world_model.size == "size200m" and cfg.eval.sample_actions
 
 
 @pytest.mark.parametrize("size", ["tiny", "xs", "s", "m", "l", "xl"])

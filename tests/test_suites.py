@@ -186,3 +186,42 @@ def test_bad_env_input_names_the_key(fields, key, words):
     assert err.value.key == key, str(err.value)
     for word in words:
         assert word in str(err.value)
+
+
+def test_episode_ends_carry_crafter_achievements_into_success_rates():
+    from tensordict import TensorDict
+
+    from collectors.episodes import EpisodeTracker, SuccessRates
+    from collectors.records import ReplayRecords
+
+    n = 6  # env 0 ends at step 2 with achievement 0, at step 5 with achievements 0 and 3
+    achievements = torch.zeros(n, 22, dtype=torch.uint8)
+    achievements[2, 0] = achievements[5, [0, 3]] = 1
+    done = torch.tensor([False, False, True, False, False, True]).reshape(n, 1)
+    batch = TensorDict({
+        "pixels": torch.zeros(n, 3, 8, 8, dtype=torch.uint8), "action": torch.zeros(n, 17),
+        "is_init": torch.tensor([1, 0, 0, 1, 0, 0], dtype=torch.bool).reshape(n, 1),
+        "step_count": torch.tensor([0, 1, 2, 0, 1, 2]).reshape(n, 1), "env_index": torch.zeros(n, 1, dtype=torch.long),
+        "next": {"pixels": torch.zeros(n, 3, 8, 8, dtype=torch.uint8), "reward": torch.ones(n, 1),
+                 "done": done, "terminated": done, "truncated": torch.zeros(n, 1, dtype=torch.bool),
+                 "achievements": achievements, "step_count": torch.tensor([1, 2, 3, 1, 2, 3]).reshape(n, 1)}}, [n])
+    records = ReplayRecords(["pixels"], stats=("achievements",))(batch)
+    assert records.shape == (n + 2,) and records["next", "achievements"].dtype == torch.uint8
+    tracker = EpisodeTracker(stats=("achievements",))
+    tracker(records)
+    assert tracker.pop_finished() == [(3.0, 3), (3.0, 3)]
+    ends = tracker.pop_stats()
+    assert [e["achievements"][0] for e in ends] == [1, 1] and [e["achievements"][3] for e in ends] == [0, 1]
+    success = SuccessRates([f"a{i}" for i in range(22)])
+    success.add([e["achievements"] for e in ends])
+    rates = success.rates()
+    assert rates["a0"] == 100.0 and rates["a3"] == 50.0 and rates["a1"] == 0.0
+
+
+def test_replay_bytes_per_transition_per_suite():
+    from collectors.specs import spec_bytes
+
+    assert spec_bytes(env_spec(CARTPOLE)) == 4 * 4 + 2 * 4 + 41
+    assert spec_bytes(env_spec(PONG)) == 64 * 64 * 3 + 6 * 4 + 41
+    assert spec_bytes(env_spec(FULL_ATARI)) == 96 * 96 + 18 * 4 + 41
+    assert spec_bytes(env_spec(CRAFTER)) == 64 * 64 * 3 + 17 * 4 + 22 + 41  # + the achievements
