@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -79,7 +80,10 @@ def run(config: Config) -> None:
 
 
 def _close_quietly(metrics: MetricsLogger) -> None:
-    """Close files and wandb on an error path: a second error (a full disk) must not hide the first."""
+    """Close files and wandb on an error path: a second error (a full disk) must not hide the first.
+    Python's logging prints a traceback for every record a handler fails to write (wandb's own log
+    files on a full disk, while it shuts down): not on this path."""
+    logging.raiseExceptions = False
     with contextlib.suppress(Exception):
         metrics.close()
 

@@ -77,11 +77,20 @@ def value_at(xs: list[float], ys: list[float], x: float, interpolate: bool) -> f
     return math.nan
 
 
+def reference_names(task: str) -> set[str]:
+    """Names a reference file may give our task: the official atari100k score file names its
+    tasks atari_<game> (the config's task is atari100k_<game>, which our scores.json keeps)."""
+    if task.startswith("atari100k_"):
+        return {task, "atari_" + task[len("atari100k_"):]}
+    return {task}
+
+
 def compare(run_dir: str | Path, reference: str | Path, budgets: list[int] | None = None) -> str:
     """Markdown: our eval return beside the reference's mean (and seed range) at matching budgets."""
     ours = json.loads((Path(run_dir) / "scores.json").read_text())
     ours_eval = next(r for r in ours if r.get("split") == "eval")
-    refs = [r for r in load_records(reference) if r.get("task", ours_eval["task"]) == ours_eval["task"]]
+    names = reference_names(ours_eval["task"])
+    refs = [r for r in load_records(reference) if r.get("task", ours_eval["task"]) in names]
     if not refs:
         raise ValueError(f"{reference} has no record for task {ours_eval['task']}")
     if budgets is None:  # our eval points, up to where the reference ends

@@ -57,3 +57,17 @@ def test_compare_prints_both_curves_at_matching_budgets(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "dreamer.report", "compare", str(run), str(tmp_path / "x.json")],
                              cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode != 0 and "error:" in missing.stderr
+
+
+def test_an_atari100k_run_compares_with_the_official_atari100k_file_naming_it_atari_game(tmp_path):
+    run = tmp_path / "run"
+    make_run(run, evals=[(100_000, -10.0)], episodes=[])
+    write_scores(run, "atari100k_pong", seed=0, action_repeat=4)
+    assert json.loads((run / "scores.json").read_text())[0]["task"] == "atari100k_pong"
+    reference = tmp_path / "atari100k-dreamerv3.json"
+    reference.write_text(json.dumps([{"task": "atari_pong", "method": "dreamerv3", "seed": "0",
+                                      "xs": [0, 400_000], "ys": [-21.0, -4.0]},
+                                     {"task": "atari_breakout", "method": "dreamerv3", "seed": "0",
+                                      "xs": [0, 400_000], "ys": [0.0, 11.0]}]))
+    table = compare(run, reference, budgets=[400_000])
+    assert "| 400,000 | -10.0 | -4.0 | -4.0--4.0 |" in table

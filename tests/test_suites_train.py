@@ -77,3 +77,18 @@ def test_a_bad_gym_space_fails_at_start_up_naming_the_key(tmp_path):
     assert proc.returncode == 2
     assert "env.id" in proc.stderr and "MultiDiscrete" in proc.stderr
     assert not (tmp_path / "checkpoints").exists()  # nothing started
+
+
+@pytest.mark.slow
+def test_a_discrete_run_resumes_from_its_checkpoint(runs, tmp_path_factory, tmp_path):
+    proc, run_dir = trained(runs, tmp_path_factory, "gym_cartpole")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps, prefill, _ = PRESETS["gym_cartpole"]
+    resumed = run_train("env=gym_cartpole", *SHORT, "collector.total_frames=400", f"learner.prefill_frames={prefill}",
+                        "eval.every=400", f"resume={run_dir / 'checkpoints'}", f"hydra.run.dir={tmp_path}",
+                        timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming at {steps} env steps" in resumed.stdout and "trained to 400 env steps" in resumed.stdout
+    assert (tmp_path / "checkpoints" / "step_000000000400.pt").exists()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert next(r for r in rows if "replay/size" in r)["replay/size"] > steps  # the checkpoint's replay came back
