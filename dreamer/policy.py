@@ -28,7 +28,8 @@ from torchrl.envs import TensorDictPrimer
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import RSSMStateEstimatorV3
 
-from dreamer.agent import ObsSpec, build_nets, config_dict, policy_distribution, sizes
+from dreamer.actors import policy_distribution
+from dreamer.agent import ObsSpec, build_nets, config_dict, sizes
 
 CARRY_KEYS = ("state", "belief", "previous_action")
 NEXT_CARRY_KEYS = tuple(("next", k) for k in CARRY_KEYS)
