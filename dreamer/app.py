@@ -153,6 +153,13 @@ def describe(config: Config, state: dict | None) -> None:
     print(f"{start}training {config.world_model.size} DreamerV3 on {env.name} ({env.obs}) for {col.total_frames} "
           f"env steps: {col.num_envs} envs ({col.transport}, chunk {col.chunk_size()}), "
           f"train ratio {config.learner.train_ratio:g}")
+    import torch
+
+    from dreamer import placement
+    from dreamer.trainer import resolve_device
+
+    print(placement.describe(config, resolve_device(config.learner.device), resolve_device(col.device),
+                             torch.cuda.device_count()))
     per, total = replay_plan(config)
     print(f"replay: up to {config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.2f} GB of host RAM")
 

@@ -354,4 +354,7 @@ def validate(cfg: DictConfig) -> Config:
     config = OmegaConf.to_object(cfg)
     check_task(config.env)  # here, not in EnvConfig: loads the suite
     _check_actions(config)
+    from dreamer import placement
+
+    placement.check(config)
     return config

@@ -4,7 +4,7 @@ start-up against the suite's own registry (dm_control, Gymnasium, ale-py, Crafte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from dreamer.config_errors import _check
 
@@ -28,6 +28,8 @@ class EnvConfig:
     sticky: bool = False  # atari: repeat the previous action with p = 0.25 (full Atari)
     actions: str = "minimal"  # atari: minimal (the game's own set) | all (18)
     noops: int = 0  # atari: up to this many no-op steps after a reset (official: 30)
+    # dmc pixels: the GPUs env workers render on, round-robin (MUJOCO_EGL_DEVICE_ID): all | [0, 1, ...]
+    render_devices: Any = "all"
 
     def __post_init__(self) -> None:
         _check(self.suite in SUITES, "env.suite", f"allowed values are {', '.join(SUITES)} (got {self.suite!r})")

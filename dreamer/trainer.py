@@ -23,7 +23,7 @@ from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from collectors.replay import SequenceReplay
 from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
-from dreamer import checkpoint
+from dreamer import checkpoint, placement
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
 from dreamer.learner import Learner
@@ -102,8 +102,10 @@ class Trainer:
                                        explore=True,
                                        device=resolve_device(col.device), state_dict=weights,
                                        random_actions=prefilling)
+        gpus = torch.cuda.device_count()
         self.collector = build_collector(
-            [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer)
+            [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer,
+                         render_device=placement.render_device(i, cfg.env.render_devices, gpus))
              for i in range(col.num_envs)],
             factory,
             frames_per_batch=col.frames_per_batch,

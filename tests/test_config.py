@@ -88,6 +88,13 @@ BAD = [
     (["learner.lr=0"], "learner.lr"),
     (["learner.model_lr=-1"], "learner.model_lr"),
     (["world_model.cnn_mults=[]"], "world_model.cnn_mults"),
+    (["learner.device=cuda:64"], "learner.device"),
+    (["collector.device=cuda:64"], "collector.device"),
+    (["env.render_devices=[64]"], "env.render_devices"),
+    (["env.suite=mujoco"], "env.suite"),
+    (["env=gym", "env.id=CartPol-v1"], "env.id"),
+    (["env=atari_pong", "env.task=pongg"], "env.task"),
+    (["env=gym_cartpole", "learner.actor_grad=dynamics"], "learner.actor_grad"),
 ]
 
 

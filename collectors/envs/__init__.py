@@ -24,7 +24,7 @@ def make_env(env_cfg: dict, seed: int, extra_transform=None):
         return make_dmc_env(env_cfg["domain"], env_cfg["task"], obs=env_cfg["obs"], image_size=env_cfg["image_size"],
                             action_repeat=env_cfg["action_repeat"], camera=env_cfg.get("camera"),
                             fast_visuals=env_cfg.get("fast_visuals", False), seed=seed,
-                            extra_transform=extra_transform)
+                            extra_transform=extra_transform, render_device=env_cfg.get("render_device"))
     from collectors.envs.common import to_torchrl
 
     if suite == "gym":
@@ -50,13 +50,14 @@ def _plain(env_cfg) -> dict:
 
 
 def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
-                fast_visuals: bool | None = None):
+                fast_visuals: bool | None = None, render_device: int | None = None):
     """A picklable zero-argument factory, as the collector's worker processes need.
 
     `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of vector-
-    observation runs: obs="both").
+    observation runs: obs="both"); `render_device`: the GPU a DMC env renders on.
     """
     cfg = _plain(env_cfg)
+    cfg["render_device"] = render_device
     if obs is not None:
         cfg["obs"] = obs
     if fast_visuals is not None:

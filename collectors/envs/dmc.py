@@ -12,6 +12,8 @@ are never rendered. Output keys:
 """
 from __future__ import annotations
 
+import os
+
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
 
@@ -106,15 +108,21 @@ def make_dmc_env(
     fast_visuals: bool = False,
     seed: int | None = None,
     extra_transform=None,
+    render_device: int | None = None,
 ) -> EnvBase:
     """One DMC env as a torchrl EnvBase with the keys listed in the module docstring.
 
+    `render_device`: the GPU this process renders on (MUJOCO_EGL_DEVICE_ID), None = MuJoCo's default.
     `extra_transform`: a picklable zero-argument callable returning a transform appended last
     (the agent's recurrent-state primer: the env knows nothing about the agent).
     """
     from dm_control import suite
     from dm_control.suite.wrappers import pixels as pixel_wrapper
 
+    if render_device is not None and obs in ("pixels", "both"):
+        # Read by MuJoCo when this process first renders (one env per worker process). torchrl's
+        # EGL_DEVICE_ID is read by neither MuJoCo nor dm_control 1.0.50.
+        os.environ["MUJOCO_EGL_DEVICE_ID"] = str(render_device)
     raw = suite.load(domain, task, task_kwargs={"random": seed})
     state_keys = list(raw.observation_spec().keys())
     env = ActionRepeat(raw, action_repeat)
