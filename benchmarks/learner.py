@@ -38,11 +38,18 @@ def replay_batch(batch: int, length: int, action_dim: int) -> TensorDict:
     }, [batch, length])
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():  # CUDA work is queued: time it to its end
+        torch.cuda.synchronize()
+
+
 def time_updates(step, updates: int) -> float:
     step()  # first update outside the window (allocations, lazy init, compile)
+    _sync()
     start = time.perf_counter()
     for _ in range(updates):
         step()
+    _sync()
     return 1000 * (time.perf_counter() - start) / updates
 
 

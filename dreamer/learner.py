@@ -81,8 +81,38 @@ def to_loss_batch(batch: TensorDictBase, agent: DreamerAgent, context: ContextSp
     }, [B, T], device=batch.device)
 
 
+class MetricWindow:
+    """Sums of per-update metrics kept on their device; `reduce()` turns the window's means into
+    floats with one device-to-host copy (instead of one sync per metric per update). Non-finite
+    values are left out of a mean (a skipped update's NaN loss must not poison the window)."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, torch.Tensor] = {}
+
+    def add(self, metrics: dict[str, torch.Tensor | float]) -> None:
+        for k, v in metrics.items():
+            v = torch.as_tensor(v, dtype=torch.float32)
+            finite = torch.isfinite(v)
+            self.sums[k] = self.sums.get(k, 0) + torch.where(finite, v, torch.zeros_like(v))
+            self.counts[k] = self.counts.get(k, 0) + finite.float()
+
+    def reduce(self) -> dict[str, float]:
+        """The means since the last call (keys with no finite value are left out); starts anew."""
+        if not self.sums:
+            return {}
+        keys = list(self.sums)
+        device = next(v.device for v in self.sums.values())
+        values = torch.stack([self.sums[k].to(device) for k in keys] + [self.counts[k].to(device) for k in keys])
+        flat = values.tolist()  # the one sync
+        sums, counts = flat[:len(keys)], flat[len(keys):]
+        self.sums, self.counts = {}, {}
+        return {k: s / c for k, s, c in zip(keys, sums, counts) if c > 0}
+
+
 class Learner:
-    """One DreamerV3 update per `step(batch)`; returns the losses and metrics as floats."""
+    """One DreamerV3 update per `step(batch)`; returns the losses and metrics as 0-dim tensors on
+    the learner's device (no host sync: the loop reduces them once per log window, MetricWindow)."""
 
     def __init__(self, agent: DreamerAgent, learner_cfg: Any, context: ContextSpec | None = None):
         self.agent, self.context = agent, context
@@ -113,14 +143,14 @@ class Learner:
         metrics = self.stepper.step(None, loss_batch)
         self.loss_batch = loss_batch
         self.updates += 1
-        return {k: float(v) for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+        return {k: v.detach().reshape(()) for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
 
     def refreshed_context(self) -> TensorDict | None:
         """The last step's posteriors [B, T] as stored context for records 1..T (on the CPU), or
         None without a context or if they are not all finite (a skipped update)."""
         if self.context is None or self.loss_batch is None or CONTEXT not in self.loss_batch.keys():
             return None
-        latent = self.loss_batch[CONTEXT]
+        latent = self.loss_batch[CONTEXT].to("cpu")  # the one copy replay needs; checked on the host side
         if not (torch.isfinite(latent["belief"]).all() and torch.isfinite(latent["state"]).all()):
             return None
-        return self.context.encode(latent["state"], latent["belief"]).cpu()
+        return self.context.encode(latent["state"], latent["belief"])

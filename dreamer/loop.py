@@ -26,6 +26,7 @@ from dreamer import scores
 from dreamer.config import Config
 from dreamer.disk import DiskFullError, is_no_space
 from dreamer.evaluate import Evaluator
+from dreamer.learner import MetricWindow
 from dreamer.metrics import MetricsLogger, read_metrics
 from dreamer.stop import StopRequest
 from dreamer.trainer import Trainer
@@ -39,13 +40,12 @@ class Progress:
                         smoothing=0.1, mininterval=1.0)
         self.shown = initial
         self.window_start = (time.monotonic(), initial, updates)
-        self.losses: dict[str, list[float]] = {}
+        self.losses = MetricWindow()  # device tensors, reduced once per window
         self.episodes: list[tuple[float, int]] = []
         self.last_return: float | None = None
 
-    def add_losses(self, metrics: dict[str, float]) -> None:
-        for k, v in metrics.items():
-            self.losses.setdefault(k, []).append(v)
+    def add_losses(self, metrics: dict) -> None:
+        self.losses.add(metrics)
 
     def add_episodes(self, episodes: list[tuple[float, int]]) -> None:
         self.episodes += episodes
@@ -67,12 +67,12 @@ class Progress:
         t0, f0, u0 = self.window_start
         elapsed = max(now - t0, 1e-9)
         out = {"collect/env_steps_per_s": (frames - f0) / elapsed, "train/updates_per_s": (updates - u0) / elapsed}
-        out.update({f"train/{k}": float(np.mean(v)) for k, v in self.losses.items()})
+        out.update({f"train/{k}": v for k, v in self.losses.reduce().items()})
         if self.episodes:
             out["episode/return"] = float(np.mean([r for r, _ in self.episodes]))
             out["episode/length"] = float(np.mean([n for _, n in self.episodes]))
             out["episode/count"] = len(self.episodes)
-        self.window_start, self.losses, self.episodes = (now, frames, updates), {}, []
+        self.window_start, self.episodes = (now, frames, updates), []
         return out
 
     def close(self) -> None:

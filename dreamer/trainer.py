@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import random
 from pathlib import Path
 
@@ -176,7 +175,7 @@ class Trainer:
         self.synced_at = self.updates
 
     # -- learning ---------------------------------------------------------------------------
-    def update(self, push: bool = True) -> dict[str, float]:
+    def update(self, push: bool = True) -> dict:
         """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
         they were), the update still counts toward the train ratio, and after
         learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
@@ -186,9 +185,10 @@ class Trainer:
         if refreshed is not None:  # the learner's posteriors replace the stored latents (official)
             self.replay.write_back(batch["index"][:, 1:], TensorDict({CONTEXT: refreshed}, refreshed.shape),
                                    batch["step_count"][:, 1:])
-        skipped = self.agent.optimizer.last_step_skipped or not all(math.isfinite(v) for v in metrics.values())
+        # The guard's one host check per update (a non-finite loss gives non-finite gradients): it
+        # keeps its promise exactly, no weight moves on such a step. Metrics stay on the device.
+        skipped = self.agent.optimizer.last_step_skipped
         self.nonfinite_in_row = self.nonfinite_in_row + 1 if skipped else 0
-        metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}  # keep NaNs out of the averages
         metrics["skipped_updates"] = float(self.agent.optimizer.skipped)
         limit = self.config.learner.max_nonfinite_updates
         if self.nonfinite_in_row >= limit:

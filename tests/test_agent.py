@@ -79,7 +79,7 @@ def test_one_step_finite_and_updates(obs, action_dim):
     before = [p.detach().clone() for p in params]
     metrics = learner.step(replay_batch(2, 8, obs, action_dim))
     assert set(WM_LOSSES) | {"loss_actor", "loss_value", "loss_replay_value"} <= set(metrics)
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
+    assert all(torch.isfinite(torch.as_tensor(v)) for v in metrics.values()), metrics
     changed = sum(not torch.equal(b, p) for b, p in zip(before, params))
     # outscale-0 reward/value output layers leave their hidden layers without gradient at step 1
     assert changed > len(params) // 2, f"{changed}/{len(params)} tensors changed"

@@ -1,4 +1,6 @@
 """The training loop's parts without processes: train-ratio arithmetic, episode tracking, exact resume."""
+import math
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -6,6 +8,7 @@ from tensordict import TensorDict
 from collectors.episodes import EpisodeTracker
 from collectors.replay import ENV_INDEX
 from dreamer import checkpoint
+from dreamer.learner import MetricWindow
 from dreamer.trainer import Trainer
 from tests.test_config import composed
 from dreamer.app import load_resume_state
@@ -104,14 +107,28 @@ def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
         bad["next", "reward"][:] = float("nan")
         trainer.replay.member(env).extend(bad)
     before = [p.clone() for p in trainer.agent.loss.parameters()]
+    window = MetricWindow()
     for expected_skips in (1, 2):
         metrics = trainer.update()
         assert metrics["skipped_updates"] == expected_skips
-        assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+        window.add(metrics)
+    logged = window.reduce()
+    assert logged["skipped_updates"] == 1.5 and all(math.isfinite(v) for v in logged.values())  # NaNs left out
     assert all(torch.equal(p, q) for p, q in zip(before, trainer.agent.loss.parameters())), "a NaN step was applied"
     with pytest.raises(NonFiniteLossError, match="learner.max_nonfinite_updates"):
         trainer.update()
     assert all(torch.isfinite(p).all() for p in trainer.agent.loss.parameters())
+
+
+def test_metrics_stay_on_the_device_and_are_reduced_once_per_window():
+    window = MetricWindow()
+    for loss in (1.0, float("nan"), 3.0):
+        window.add({"loss": torch.tensor(loss), "lr": torch.tensor(0.5)})
+    assert isinstance(window.sums["loss"], torch.Tensor)  # no float() per update
+    assert window.reduce() == {"loss": 2.0, "lr": 0.5}  # the NaN is left out of the mean
+    assert window.reduce() == {}  # a new window
+    window.add({"loss": torch.tensor(float("inf"))})
+    assert window.reduce() == {}  # no finite value: no mean
 
 
 def test_a_finite_update_resets_the_non_finite_streak(tmp_path):
@@ -158,8 +175,8 @@ def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process
 
     real = trainer_module.env_factory
 
-    def second_env_fails(env_cfg, seed, extra_transform=None):
-        factory = real(env_cfg, seed=seed, extra_transform=extra_transform)
+    def second_env_fails(env_cfg, seed, extra_transform=None, **kwargs):
+        factory = real(env_cfg, seed=seed, extra_transform=extra_transform, **kwargs)
         return FailingEnvFactory(factory, 150) if seed % 10_000 == 1 else factory
 
     monkeypatch.setattr(trainer_module, "env_factory", second_env_fails)

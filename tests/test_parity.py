@@ -342,4 +342,4 @@ def test_official_size1m_trains_a_step():
     from tests.test_agent import replay_batch
 
     metrics = Learner(agent, lc).step(replay_batch(2, 5, ObsSpec(), 6))
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert all(torch.isfinite(torch.as_tensor(v)) for v in metrics.values())
