@@ -48,8 +48,9 @@ def check(config: Any, gpus: Optional[int] = None) -> None:
                                              ("collector.device", config.collector.device))
                 if _index(dev) is not None]
     render = config.env.render_devices
-    _check(render == "all" or (isinstance(render, (list, tuple)) and all(isinstance(d, int) and d >= 0
-                                                                         for d in render)),
+    if not isinstance(render, (str, int)) and hasattr(render, "__iter__"):
+        render = list(render)  # a list, tuple or OmegaConf ListConfig
+    _check(render == "all" or (isinstance(render, list) and all(isinstance(d, int) and d >= 0 for d in render)),
            "env.render_devices", f"all, or a list of GPU indices like [0, 1] (got {render!r})")
     if not explicit and render == "all":
         return

@@ -25,7 +25,7 @@ def test_defaults_compose_and_validate():
 
 
 @pytest.mark.parametrize("preset", ["quick", "learn_cpu", "learn_cartpole", "dmc_vision", "seed_pixel_64env",
-                                    "atari100k", "crafter"])
+                                    "seed_pixel_64env_4gpu", "atari100k", "crafter"])
 def test_experiment_presets_compose(preset):
     cfg = composed(f"experiment={preset}")
     assert cfg.collector.num_envs >= 1
@@ -38,6 +38,24 @@ def test_experiment_presets_compose(preset):
 def test_env_presets_validate_with_official_task_names(preset, suite, name, repeat):
     cfg = validate(composed(f"env={preset}", "world_model=tiny"))
     assert (cfg.env.suite, cfg.env.name, cfg.env.action_repeat) == (suite, name, repeat)
+
+
+def test_seed_presets_match_the_reference_run_and_place_parts_on_four_gpus():
+    from dreamer import placement
+
+    one = composed("experiment=seed_pixel_64env")  # (validating needs CUDA)
+    col, rep, lrn = one.collector, one.replay, one.learner
+    assert (col.num_envs, col.transition_chunk_size, col.inference_static_batch_size, col.transport) == \
+        (64, 64, 64, "process_slot")
+    assert (lrn.train_ratio, lrn.compile, lrn.cudagraph, lrn.bf16) == (16, True, True, True)
+    assert (rep.batch_size, rep.batch_length) == (32, 256)
+    four = composed("experiment=seed_pixel_64env_4gpu")
+    assert (four.learner.device, four.collector.device, list(four.env.render_devices)) == ("cuda:0", "cuda:1", [2, 3])
+    assert four.replay.batch_length == 256  # the rest comes from seed_pixel_64env
+    placement.check(four, gpus=4)
+    with pytest.raises(ConfigError) as err:
+        placement.check(four, gpus=2)
+    assert err.value.key == "env.render_devices"
 
 
 def test_official_atari100k_and_crafter_settings():
