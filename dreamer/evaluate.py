@@ -28,7 +28,6 @@ from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
 from collectors.specs import env_spec
-from dreamer import placement
 from dreamer.agent import DreamerAgent
 from dreamer.disk import writing
 from dreamer.policy import build_acting_policy, primer_factory
@@ -54,12 +53,11 @@ class Evaluator:
         self.agent, self.video = agent, video
         self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
         primer = primer_factory(wm_cfg, agent.action_dim)
-        render = placement.render_device(0, getattr(env_cfg, "render_devices", "all"), torch.cuda.device_count())
+        # (renders on MuJoCo's default GPU: this process imported dm_control at start-up)
         if video and env_cfg.obs == "proprio":  # render only for the video: the fast visuals will do
-            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True,
-                                   render_device=render)()
+            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
         else:
-            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, render_device=render)()
+            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer)()
         # the policy's mode, or (eval.sample_actions, the official way) a sample
         self.policy = build_acting_policy(agent.nets, explore=sample_actions)
         self.max_steps = env_spec(env_cfg).max_steps + 1

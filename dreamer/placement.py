@@ -4,7 +4,9 @@ the GPU each env worker renders on.
 MuJoCo (and dm_control 1.0.50) pick the EGL device from `MUJOCO_EGL_DEVICE_ID` when a process first
 renders; torchrl's dm_control module sets `EGL_DEVICE_ID`, which neither reads, so without this
 every worker renders on the first GPU. Worker i renders on `env.render_devices[i % n]` (default
-"all": every GPU of the node, round-robin); the evaluator renders on the first of them.
+"all": every GPU of the node, round-robin). The variable must be set before dm_control is first
+imported in a process (it opens its EGL display then): true of a worker, which hosts one env; the
+training process's evaluator renders on MuJoCo's default GPU.
 """
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def test_a_dmc_worker_sets_mujoco_egl_device_id_before_it_first_renders(monkeypa
         seen["id"] = os.environ.get("MUJOCO_EGL_DEVICE_ID")
         raise Rendered
 
-    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
+    monkeypatch.setenv("MUJOCO_EGL_DEVICE_ID", "unset")  # records the original, restored after the test
+    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID")
     monkeypatch.setattr(pixels, "Wrapper", first_render)
     env = EnvConfig(domain="cartpole", task="balance", obs="pixels")
     with pytest.raises(Rendered):
@@ -67,3 +68,19 @@ def test_a_dmc_worker_sets_mujoco_egl_device_id_before_it_first_renders(monkeypa
     with pytest.raises(Rendered):
         env_factory(env, seed=0)()  # no render device: the process's own setting stands
     assert seen["id"] == "7"
+
+
+def test_dmc_rendering_is_not_imported_before_a_worker_sets_its_device():
+    """dm_control opens its EGL display at import, on MUJOCO_EGL_DEVICE_ID's device: unpickling a
+    worker's env factory must not import it."""
+    import subprocess
+    import sys
+
+    code = ("import pickle, sys; from collectors.envs import env_factory; from dreamer.config import EnvConfig; "
+            "f = pickle.dumps(env_factory(EnvConfig(domain='cartpole', task='balance'), seed=0, render_device=0)); "
+            "[sys.modules.pop(m) for m in list(sys.modules) if m.startswith(('dm_control', 'collectors', 'dreamer'))]; "
+            "pickle.loads(f); print('dm_control._render' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=__import__("tests.conftest").conftest.ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

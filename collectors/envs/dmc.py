@@ -116,13 +116,13 @@ def make_dmc_env(
     `extra_transform`: a picklable zero-argument callable returning a transform appended last
     (the agent's recurrent-state primer: the env knows nothing about the agent).
     """
+    if render_device is not None and obs in ("pixels", "both"):
+        # dm_control opens its EGL display when it is first imported in a process, on the device
+        # MUJOCO_EGL_DEVICE_ID names: set before that import (a worker process hosts one env).
+        # torchrl's EGL_DEVICE_ID is read by neither MuJoCo nor dm_control 1.0.50.
+        os.environ["MUJOCO_EGL_DEVICE_ID"] = str(render_device)
     from dm_control import suite
     from dm_control.suite.wrappers import pixels as pixel_wrapper
-
-    if render_device is not None and obs in ("pixels", "both"):
-        # Read by MuJoCo when this process first renders (one env per worker process). torchrl's
-        # EGL_DEVICE_ID is read by neither MuJoCo nor dm_control 1.0.50.
-        os.environ["MUJOCO_EGL_DEVICE_ID"] = str(render_device)
     raw = suite.load(domain, task, task_kwargs={"random": seed})
     state_keys = list(raw.observation_spec().keys())
     env = ActionRepeat(raw, action_repeat)
