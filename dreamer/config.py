@@ -178,8 +178,13 @@ class ReplayConfig:
     # a sampled sequence starts from its first record's latent (refreshed by the learner after each
     # update) instead of zeros.
     context: bool = True
+    # Batches sampled ahead on a background thread (collectors/prefetch.py), pinned and copied to
+    # the learner's device: auto = 1 with a CUDA learner, 0 (sample on the main thread) on CPU.
+    prefetch: Any = "auto"
 
     def __post_init__(self) -> None:
+        _check(self.prefetch == "auto" or (_is_int(self.prefetch) and self.prefetch >= 0), "replay.prefetch",
+               f"must be auto or an int >= 0 (got {self.prefetch!r})")
         _check(self.batch_size >= 1, "replay.batch_size", f"must be >= 1 (got {self.batch_size})")
         _check(self.batch_length >= 2, "replay.batch_length", f"must be >= 2 (got {self.batch_length})")
         _check(self.capacity > self.batch_length, "replay.capacity",

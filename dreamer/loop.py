@@ -152,6 +152,7 @@ class _Loop:
             raise
         finally:
             progress.close()
+            t.stop_prefetch()
             t.stop_collector()
             if not finished and self.evaluator is not None:
                 self.evaluator.close()

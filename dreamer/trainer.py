@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict, TensorDictBase
 
 from collectors.collector import build_collector
+from collectors.prefetch import Prefetcher
 from collectors.envs import env_factory
 from collectors.episodes import EpisodeTracker
 from collectors.records import CONTEXT, ContextSpec, ReplayRecords
@@ -70,6 +71,7 @@ class Trainer:
         if resume is not None:
             self.load_state_dict(resume)
         self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
+        self.prefetcher = None  # started at the first update (replay can sample by then)
         self.collector = None
         self.watchdog = None
         self.collector_stopped = False
@@ -179,12 +181,12 @@ class Trainer:
         """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
         they were), the update still counts toward the train ratio, and after
         learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
-        batch = self.replay.sample()
+        batch, meta = self.next_batch()
         metrics = self.learner.step(batch)
         refreshed = self.learner.refreshed_context()
         if refreshed is not None:  # the learner's posteriors replace the stored latents (official)
-            self.replay.write_back(batch["index"][:, 1:], TensorDict({CONTEXT: refreshed}, refreshed.shape),
-                                   batch["step_count"][:, 1:])
+            self.replay.write_back(meta["index"][:, 1:], TensorDict({CONTEXT: refreshed}, refreshed.shape),
+                                   meta["step_count"][:, 1:])
         # The guard's one host check per update (a non-finite loss gives non-finite gradients): it
         # keeps its promise exactly, no weight moves on such a step. Metrics stay on the device.
         skipped = self.agent.optimizer.last_step_skipped
@@ -197,6 +199,26 @@ class Trainer:
         if push:
             self.push_if_due()
         return metrics
+
+    def prefetch_depth(self) -> int:
+        depth = self.config.replay.prefetch
+        return (1 if self.agent.device.type == "cuda" else 0) if depth == "auto" else depth
+
+    def next_batch(self) -> tuple[TensorDictBase, TensorDictBase]:
+        """(a replay batch, its index and step_count on the host): from the prefetcher, or sampled
+        here. With prefetch a batch may predate the previous update's latent write-back (its
+        context is one update older, as in any asynchronous sampler)."""
+        if self.prefetcher is None and self.prefetch_depth() > 0:
+            self.prefetcher = Prefetcher(self.replay.sample, self.agent.device, self.prefetch_depth())
+        if self.prefetcher is not None:
+            return self.prefetcher.get()
+        batch = self.replay.sample()
+        return batch, batch
+
+    def stop_prefetch(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.prefetcher = None
 
     def push_if_due(self) -> None:
         every = self.config.collector.policy_sync_every
@@ -234,7 +256,10 @@ class Trainer:
         with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb
         if cfg.replay and not with_replay:
             log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay", replay_gib)
-        return checkpoint.save(self.run_dir / "checkpoints", self.frames, self.state_dict(with_replay), cfg.keep)
+        held = self.prefetcher.paused() if self.prefetcher is not None else contextlib.nullcontext()
+        with held:  # no sample moves the RNG or reads replay while the state is taken
+            state = self.state_dict(with_replay)
+        return checkpoint.save(self.run_dir / "checkpoints", self.frames, state, cfg.keep)
 
     def replay_bytes(self) -> int:
         total = 0

@@ -107,6 +107,7 @@ BAD = [
     (["learner.model_lr=-1"], "learner.model_lr"),
     (["world_model.cnn_mults=[]"], "world_model.cnn_mults"),
     (["learner.device=cuda:64"], "learner.device"),
+    (["replay.prefetch=-1"], "replay.prefetch"),
     (["collector.device=cuda:64"], "collector.device"),
     (["env.render_devices=[64]"], "env.render_devices"),
     (["env.suite=mujoco"], "env.suite"),

@@ -139,3 +139,13 @@ def test_resume_from_a_dir_whose_newest_checkpoint_is_truncated_takes_the_previo
     warning = next(line for line in resumed.stderr.splitlines() if line.startswith("warning: skipped"))
     assert newest.name in warning and older.name in warning
     assert f"resuming at {older_frames} env steps" in resumed.stdout
+
+
+@pytest.mark.slow
+def test_a_run_with_replay_prefetch_trains_checkpoints_and_exits(tmp_path):
+    """replay.prefetch=1 on the CPU (auto turns it on for a CUDA learner): same updates, clean exit."""
+    proc = run_train(*RUN, "collector.total_frames=400", "replay.prefetch=1", "eval.every=0",
+                     f"hydra.run.dir={tmp_path}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"trained to 400 env steps ({1 + 100 * 16 // 64} updates)" in proc.stdout
+    assert (tmp_path / "checkpoints" / "step_000000000400.pt").exists()
