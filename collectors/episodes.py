@@ -32,8 +32,9 @@ class EpisodeTracker:
             td = td[steps]  # an episode's final-observation record is not an env step
         envs = td[ENV_INDEX].reshape(-1).tolist()
         rewards = td["next", "reward"].reshape(-1).tolist()
-        dones = td["next", "done"].reshape(-1).tolist()
-        ends = {k: td["next", k][td["next", "done"].reshape(-1)].tolist() for k in self.stats}
+        done = td["next", "done"].reshape(-1)
+        dones = done.tolist()
+        ends = {k: td["next", k][done].tolist() for k in self.stats}
         with self._lock:
             self._new_stats += [{k: ends[k][i] for k in self.stats} for i in range(sum(dones))] if self.stats else []
             self.writer_cpu = time.thread_time()

@@ -88,6 +88,11 @@ class ObsSpec:
         return (["pixels"] if self.pixels else []) + (["observation"] if self.vector_dim else [])
 
     @classmethod
+    def from_spec(cls, spec) -> "ObsSpec":
+        """From an env's EnvSpec (collectors/specs.py)."""
+        return cls(pixels=spec.pixels, vector_dim=spec.vector_dim)
+
+    @classmethod
     def from_env(cls, obs: str, image_size: int = 64, vector_dim: int | None = None) -> "ObsSpec":
         """From EnvConfig.obs ("pixels" | "proprio" | "both")."""
         pixels = (3, image_size, image_size) if obs in ("pixels", "both") else None

@@ -17,7 +17,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from dreamer.config_errors import ConfigError, _check  # noqa: F401  (re-exported)
-from dreamer.env_config import SUITES, EnvConfig, check_task, task_name  # noqa: F401  (re-exported)
+from dreamer.env_config import EnvConfig, check_task, task_name  # noqa: F401  (re-exported)
 
 
 def _is_int(value: Any) -> bool:

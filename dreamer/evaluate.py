@@ -215,7 +215,7 @@ def evaluate_checkpoint(state: dict, config, out_dir: Path) -> EvalResult:
     env = config.env
     device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = env_spec(env)
-    obs = ObsSpec(pixels=spec.pixels, vector_dim=spec.vector_dim)
+    obs = ObsSpec.from_spec(spec)
     agent = build_agent(config.world_model, config.learner, obs, spec.action_dim, device, discrete=spec.discrete)
     agent.loss.load_state_dict(state["loss"])
     evaluator = Evaluator(agent, env, config.world_model, seed=config.seed + 2_000_000, video=config.eval.video,

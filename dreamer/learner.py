@@ -150,7 +150,9 @@ class Learner:
         None without a context or if they are not all finite (a skipped update)."""
         if self.context is None or self.loss_batch is None or CONTEXT not in self.loss_batch.keys():
             return None
-        latent = self.loss_batch[CONTEXT].to("cpu")  # the one copy replay needs; checked on the host side
-        if not (torch.isfinite(latent["belief"]).all() and torch.isfinite(latent["state"]).all()):
-            return None
-        return self.context.encode(latent["state"], latent["belief"])
+        latent = self.loss_batch[CONTEXT]
+        finite = torch.isfinite(latent["belief"]).all() & torch.isfinite(latent["state"]).all()
+        # encoded on the device (uint8 class indices, fp16 belief), then one copy with the flag
+        out = TensorDict({"stored": self.context.encode(latent["state"], latent["belief"]),
+                          "finite": finite}, []).to("cpu")
+        return out["stored"] if bool(out["finite"]) else None

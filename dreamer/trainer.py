@@ -52,7 +52,7 @@ class Trainer:
         env_cfg, rep = config.env, config.replay
         torch.manual_seed(config.seed)
         self.spec = env_spec(env_cfg)
-        self.obs = ObsSpec(pixels=self.spec.pixels, vector_dim=self.spec.vector_dim)
+        self.obs = ObsSpec.from_spec(self.spec)
         self.action_dim = self.spec.action_dim
         self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
                                  resolve_device(config.learner.device), discrete=self.spec.discrete)

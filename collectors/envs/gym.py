@@ -100,7 +100,7 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
     """The Gymnasium env of `cfg` (EnvConfig fields) with our observation dict and action range."""
     name = cfg["id"]
     env = gymnasium.make(name)
-    image, _ = _split(env.observation_space, f"{name}")
+    image, _ = _split(env.observation_space, name)
     if image is None and cfg["obs"] in ("pixels", "both"):  # frames of a vector env: its rgb_array renders
         if "rgb_array" not in env.metadata.get("render_modes", []):
             env.close()
