@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-soak clean
+.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-soak gpu-wheels gpu-check clean
 
 install: $(STAMP)
 
@@ -51,6 +51,15 @@ bench-learning: install   # 3 seeds side by side: 27 min on 2 cores (measured)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
 	$(PY) -m benchmarks.soak $(ARGS)
+
+# The one-shot device check (scripts/gpu_check.sh): on a GPU machine, under 8 minutes, results in
+# $$OUT or outputs/gpu_check. ARGS=--dry-run rehearses every step on this CPU with tiny sizes.
+gpu-check: $(if $(findstring --dry-run,$(ARGS)),install)
+	bash scripts/gpu_check.sh $(ARGS)
+
+# What the device machine lacks (cp312 wheels of requirements-gpu.lock, GL .debs) into .whl/ and .gl/
+gpu-wheels: install
+	bash scripts/gpu_wheels.sh
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -181,7 +182,9 @@ class Trainer:
         """One learner update. Non-finite gradients: the optimizer skips the step (weights stay as
         they were), the update still counts toward the train ratio, and after
         learner.max_nonfinite_updates of them in a row the run stops (a checkpoint is written)."""
+        start = time.perf_counter()
         batch, meta = self.next_batch()
+        sampled = time.perf_counter()
         metrics = self.learner.step(batch)
         refreshed = self.learner.refreshed_context()
         if refreshed is not None:  # the learner's posteriors replace the stored latents (official)
@@ -192,6 +195,10 @@ class Trainer:
         skipped = self.agent.optimizer.last_step_skipped
         self.nonfinite_in_row = self.nonfinite_in_row + 1 if skipped else 0
         metrics["skipped_updates"] = float(self.agent.optimizer.skipped)
+        # Host wall time per update: waiting for the batch (the whole sample without prefetch) and
+        # the rest (the guard's check above waits for the device: the update's full time).
+        metrics["sample_wait_ms"] = 1000 * (sampled - start)
+        metrics["update_ms"] = 1000 * (time.perf_counter() - sampled)
         limit = self.config.learner.max_nonfinite_updates
         if self.nonfinite_in_row >= limit:
             raise NonFiniteLossError(f"{limit} updates in a row had non-finite losses or gradients "

@@ -1,4 +1,5 @@
 """The collector benchmark runs end to end and prints its table (figures are not asserted)."""
+import json
 import subprocess
 import sys
 
@@ -24,15 +25,23 @@ def test_collector_bench_prints_table():
 
 
 @pytest.mark.slow
-def test_learner_bench_prints_table():
+def test_learner_bench_prints_sampling_then_learner_table(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.learner", "--size", "tiny", "--batch", "2", "--length", "8",
-         "--updates", "1"],
+         "--updates", "1", "--sampling-shapes", "2x8,3x4", "--sampling-updates", "1",
+         "--json", str(tmp_path / "bench.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-3].startswith("| learner | app ms/update")
     assert lines[-1].startswith("| eager fp32 |")
+    head = lines.index(next(line for line in lines if line.startswith("| batch | sample ms | update ms")))
+    assert [line.split("|")[1].strip() for line in lines[head + 2:head + 4]] == ["2 x 8", "3 x 4"]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["batch"], r["length"]) for r in result["sampling"]] == [(2, 8), (3, 4)]
+    for row in result["sampling"]:
+        assert all(row[k] > 0 for k in ("sample_ms", "update_ms", "loop_ms", "loop_prefetch_ms"))
+    assert result["learner"][0]["mode"] == "eager" and result["learner"][0]["app_first_s"] > 0
 
 
 def test_soak_slope_is_measured_over_the_second_half():
