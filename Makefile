@@ -43,7 +43,8 @@ test-compile: install   # torch.compile on CPU: ~10 minutes, not part of make te
 bench-collector: install
 	$(PY) -m collectors.bench $(ARGS)
 
-bench-learner: install
+bench-learner: install   # CPU paths (eager vs regional, cold/warm cache), then replay sampling and the learner
+	$(PY) -m benchmarks.cpu_learner
 	$(PY) -m benchmarks.learner $(ARGS)
 
 bench-learning: install   # 3 seeds side by side: 27 min on 2 cores (measured)

@@ -131,7 +131,7 @@ class LearnerConfig:
     gamma: float = 0.997  # official: 1 - 1/333
     lmbda: float = 0.95
     entropy_coef: float = 3e-4
-    compile: Any = "auto"  # auto | true | false
+    compile: Any = "auto"  # auto | true | false | regional (hot regions only: dreamer/regional.py)
     cudagraph: Any = "auto"
     bf16: Any = "auto"
     device: str = "auto"
@@ -156,7 +156,9 @@ class LearnerConfig:
                f"must be >= 1 (got {self.imagination_horizon})")
         _check(0 < self.gamma < 1, "learner.gamma", f"must be in (0, 1) (got {self.gamma})")
         _check(0 <= self.lmbda <= 1, "learner.lmbda", f"must be in [0, 1] (got {self.lmbda})")
-        for name in ("compile", "cudagraph", "bf16"):
+        _check(self.compile in (*AUTO_CHOICES, "regional"), "learner.compile",
+               f"allowed values are auto, true, false, regional (got {self.compile!r})")
+        for name in ("cudagraph", "bf16"):
             _check_auto_flag(getattr(self, name), f"learner.{name}")
         _check(self.max_nonfinite_updates >= 1, "learner.max_nonfinite_updates",
                f"must be >= 1 (got {self.max_nonfinite_updates})")

@@ -31,32 +31,46 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from collectors.records import CONTEXT, ContextSpec
 from dreamer.agent import DreamerAgent
+from dreamer.regional import REGIONAL_MIN_UPDATES, compile_regions
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class StepperFlags:
-    compile: bool
+    compile: bool  # the whole step (torchrl's stepper)
     cudagraph: bool
     bf16: bool
+    regional: bool = False  # only the hot regions (dreamer/regional.py)
+
+    def describe(self) -> str:
+        name = "compiled" if self.compile else ("regionally compiled" if self.regional else "eager")
+        return name + (" + CUDA graph" if self.cudagraph else "") + (" bf16" if self.bf16 else " fp32")
 
 
-def resolve_flags(learner_cfg: Any, device: torch.device) -> StepperFlags:
-    """'auto' -> on for CUDA (compile + CUDA graph + bf16), eager fp32 on CPU (measured faster there)."""
+def resolve_flags(learner_cfg: Any, device: torch.device, expected_updates: float | None = None,
+                  pixels: bool = False) -> StepperFlags:
+    """'auto' -> on for CUDA (compile + CUDA graph + bf16). On a CPU, what measured fastest for the
+    run's length, compile time included: the regional compile for vector observations and runs of
+    at least REGIONAL_MIN_UPDATES updates, else eager (whole-step compiling takes minutes there;
+    with pixels the convolutions dominate and regional measured no faster)."""
     cuda = device.type == "cuda"
 
     def pick(name: str) -> bool:
         value = getattr(learner_cfg, name)
         return cuda if value == "auto" else bool(value)
 
-    flags = StepperFlags(pick("compile"), pick("cudagraph"), pick("bf16"))
+    mode = learner_cfg.compile
+    long_cpu_run = (not cuda and not pixels and expected_updates is not None
+                    and expected_updates >= REGIONAL_MIN_UPDATES)
+    regional = mode == "regional" or (mode == "auto" and long_cpu_run)
+    flags = StepperFlags(False if mode == "regional" else pick("compile"), pick("cudagraph"), pick("bf16"), regional)
     if flags.cudagraph and not cuda:
         raise ValueError(f"learner.cudagraph=true needs a CUDA learner device (got {device}); "
                          "use auto or false here")
     if flags.bf16 and not cuda:
         log.warning("learner.bf16=true on %s: torchrl's autocast is CUDA-only, training runs in fp32", device)
-        flags = StepperFlags(flags.compile, flags.cudagraph, False)
+        flags = StepperFlags(flags.compile, flags.cudagraph, False, flags.regional)
     return flags
 
 
@@ -114,9 +128,12 @@ class Learner:
     """One DreamerV3 update per `step(batch)`; returns the losses and metrics as 0-dim tensors on
     the learner's device (no host sync: the loop reduces them once per log window, MetricWindow)."""
 
-    def __init__(self, agent: DreamerAgent, learner_cfg: Any, context: ContextSpec | None = None):
+    def __init__(self, agent: DreamerAgent, learner_cfg: Any, context: ContextSpec | None = None,
+                 expected_updates: float | None = None):
         self.agent, self.context = agent, context
-        self.flags = resolve_flags(learner_cfg, agent.device)
+        self.flags = resolve_flags(learner_cfg, agent.device, expected_updates, pixels=agent.obs.pixels is not None)
+        if self.flags.regional:  # compiled at the first update, from the on-disk cache when warm
+            compile_regions(agent)
         self.stepper = DreamerV3OptimizationStepper(
             agent.loss, agent.optimizer, agent.target_updater,
             compile_train_step=self.flags.compile, cudagraph=self.flags.cudagraph,

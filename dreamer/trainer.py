@@ -29,6 +29,7 @@ from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
 from dreamer.learner import Learner
 from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
+from dreamer.regional import compile_cache_dir
 from dreamer.stop import children_ignore_ctrl_c
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,12 @@ class Trainer:
                                  resolve_device(config.learner.device), discrete=self.spec.discrete)
         wm = config.world_model
         self.context = ContextSpec(wm.stoch, wm.classes, wm.deter) if rep.context else None
-        self.learner = Learner(self.agent, config.learner, self.context)
+        self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
+        expected = max(0, config.collector.total_frames - config.learner.prefill_frames) / self.steps_per_update
+        self.learner = Learner(self.agent, config.learner, self.context, expected_updates=expected)
+        flags = self.learner.flags
+        cache = f" (compile cache: {compile_cache_dir()})" if flags.compile or flags.regional else ""
+        print(f"learner: {flags.describe()}, ~{expected:,.0f} updates planned{cache}", flush=True)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
         # batch_length + 1 records: the first is context (its latent starts the sequence), the
         # others are the trained steps (dreamer/learner.py).
@@ -71,7 +77,6 @@ class Trainer:
         self.run_id = None
         if resume is not None:
             self.load_state_dict(resume)
-        self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
         self.prefetcher = None  # started at the first update (replay can sample by then)
         self.collector = None
         self.watchdog = None

@@ -125,3 +125,16 @@ def test_learning_benchmark_rejects_a_parallel_count_below_one():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.learning", "--parallel", "0"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--parallel must be >= 1 (got 0)" in proc.stderr
+
+
+@pytest.mark.slow
+def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_learner", "--shapes", "tiny:proprio:4",
+                           "--updates", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-3].startswith("| shape | eager ms/update | regional ms/update")
+    cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
+    assert cells[0] == "tiny T4 proprio" and len(cells) == 7
+    cold, warm = float(cells[5]), float(cells[6])
+    assert cold > warm  # the warm run found the cold run's compiled regions on disk

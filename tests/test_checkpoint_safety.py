@@ -173,7 +173,7 @@ def test_is_no_space_reads_the_whole_chain():
 QUICK = ("env=dmc_cartpole_balance", "env.action_repeat=8", "world_model=tiny", "collector.num_envs=2",
          "collector.transition_chunk_size=16", "replay.batch_size=4", "replay.batch_length=16",
          "replay.capacity=20000", "learner.prefill_frames=200", "learner.train_ratio=16", "logger.every=100",
-         "eval.every=0", "checkpoint.every=200", "checkpoint.keep=1")
+         "eval.every=0", "checkpoint.every=200", "checkpoint.keep=1", "learner.compile=false")
 
 
 @pytest.mark.slow

@@ -180,7 +180,7 @@ def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process
         return FailingEnvFactory(factory, 150) if seed % 10_000 == 1 else factory
 
     monkeypatch.setattr(trainer_module, "env_factory", second_env_fails)
-    config = validate(composed(*SMALL, "collector.total_frames=100000", "eval.every=0", "checkpoint.every=0"))
+    config = validate(composed(*SMALL, "collector.total_frames=100000", "eval.every=0", "checkpoint.every=0", "learner.compile=false"))
     with pytest.raises(RuntimeError) as err:
         loop.train(config, tmp_path)
     messages = []

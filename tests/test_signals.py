@@ -24,7 +24,9 @@ def start_long_run(tag: str, *extra: str) -> subprocess.Popen:
         [sys.executable, "train.py", "env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2",
          "collector.total_frames=10000000", "learner.prefill_frames=200", "replay.batch_size=4",
          "replay.batch_length=16", "eval.every=0", "logger=none", "logger.every=50",
-         f"hydra.run.dir={run_dir(tag)}", *extra],
+         f"hydra.run.dir={run_dir(tag)}",
+         # eager unless a test says otherwise (auto compiles regions for a run this long)
+         *([] if any(e.startswith("learner.compile=") for e in extra) else ["learner.compile=false"]), *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group, as a shell job in a terminal
 

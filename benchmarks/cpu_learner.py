@@ -1,0 +1,108 @@
+"""CPU learner paths: eager vs `learner.compile=regional` (dreamer/regional.py), cold and warm cache.
+
+    python -m benchmarks.cpu_learner [--shapes tiny:proprio:32,tiny:proprio:64,s:pixels:64] [--updates 10]
+
+Each row runs in fresh processes (the official learner defaults, REINFORCE actor, B16): eager;
+regional with an empty inductor cache (cold: the first update compiles); regional again with the
+cache the cold run filled (warm). Per row: ms/update after the first update, and the first
+update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
+    import torch
+    from hydra import compose, initialize_config_dir
+    from tensordict import TensorDict
+
+    from collectors.records import ContextSpec
+    from dreamer.agent import ObsSpec, build_agent
+    from dreamer.config import register_configs, validate
+    from dreamer.learner import Learner
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = validate(compose(config_name="config", overrides=[f"world_model={size}", f"learner.compile={mode}"]))
+    spec = ObsSpec.from_env(obs, 64, vector_dim=5)
+    action_dim = 6 if obs == "pixels" else 1
+    torch.manual_seed(0)
+    agent = build_agent(cfg.world_model, cfg.learner, spec, action_dim, "cpu")
+    wm = cfg.world_model
+    learner = Learner(agent, cfg.learner, ContextSpec(wm.stoch, wm.classes, wm.deter))
+    B, L = 16, length + 1
+    g = torch.Generator().manual_seed(0)
+    data = {"action": torch.rand(B, L, action_dim, generator=g) * 2 - 1,
+            "is_init": torch.zeros(B, L, 1, dtype=torch.bool),
+            "next": {"reward": torch.rand(B, L, 1, generator=g), "done": torch.zeros(B, L, 1, dtype=torch.bool),
+                     "terminated": torch.zeros(B, L, 1, dtype=torch.bool)},
+            "replay_context": {"state": torch.zeros(B, L, wm.stoch, dtype=torch.uint8),
+                               "belief": torch.zeros(B, L, wm.deter, dtype=torch.float16)}}
+    if obs == "pixels":
+        data["pixels"] = torch.randint(0, 256, (B, L, 3, 64, 64), dtype=torch.uint8, generator=g)
+    else:
+        data["observation"] = torch.randn(B, L, 5, generator=g)
+    batch = TensorDict(data, [B, L])
+    start = time.perf_counter()
+    learner.step(batch)
+    first = time.perf_counter() - start
+    learner.step(batch)
+    start = time.perf_counter()
+    for _ in range(updates):
+        learner.step(batch)
+    return {"first_s": first, "ms": 1000 * (time.perf_counter() - start) / updates,
+            "flags": learner.flags.describe(), "threads": torch.get_num_threads()}
+
+
+def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_learner", "--one", size, obs, str(length), mode,
+                           "--updates", str(updates)], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{size} {obs} T{length} {mode}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="tiny:proprio:32,tiny:proprio:64,s:pixels:64")
+    parser.add_argument("--updates", type=int, default=10, help="timed updates per row (pixels: a third)")
+    parser.add_argument("--one", nargs=4, metavar=("SIZE", "OBS", "T", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        size, obs, length, mode = args.one
+        print(json.dumps(one(size, obs, int(length), mode, args.updates)))
+        return
+    rows = []
+    for shape in args.shapes.split(","):
+        size, obs, length = shape.split(":")
+        updates = max(1, args.updates // 3) if obs == "pixels" else args.updates
+        with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
+            eager = run(size, obs, int(length), "false", updates, cache)
+            cold = run(size, obs, int(length), "regional", updates, cache)
+            warm = run(size, obs, int(length), "regional", updates, cache)
+        rows.append((shape, eager, cold, warm))
+        print(f"{shape}: eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "
+              f"(first update cold {cold['first_s']:.1f} s, warm {warm['first_s']:.1f} s)", flush=True)
+    print(f"\nCPU learner, B16, official learner defaults, {rows[0][1]['threads']} threads; fresh processes per cell\n")
+    print("| shape | eager ms/update | regional ms/update (cold run, warm run) | speed-up | first update eager s "
+          "| first update regional cold s | warm s |")
+    print("|---|---|---|---|---|---|---|")
+    for shape, eager, cold, warm in rows:
+        size, obs, length = shape.split(":")
+        print(f"| {size} T{length} {obs} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
+              f"| {eager['ms'] / warm['ms']:.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""learner.compile=regional (dreamer/regional.py): the same losses as eager, chosen by `auto` for
+long CPU runs only, and a train.py run with it."""
+import pytest
+import torch
+
+from dreamer.agent import build_agent
+from dreamer.config import LearnerConfig
+from dreamer.learner import Learner, resolve_flags
+from dreamer.regional import REGIONAL_MIN_UPDATES
+from tests.test_agent import PROPRIO, TINY, replay_batch
+
+LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic", "loss_model_representation",
+          "loss_actor", "loss_value", "loss_replay_value")
+
+
+def test_auto_compiles_regions_only_for_long_cpu_runs():
+    cpu, auto = torch.device("cpu"), LearnerConfig()
+    assert not resolve_flags(auto, cpu).regional
+    assert not resolve_flags(auto, cpu, expected_updates=REGIONAL_MIN_UPDATES - 1).regional
+    assert resolve_flags(auto, cpu, expected_updates=REGIONAL_MIN_UPDATES).regional
+    assert not resolve_flags(auto, cpu, expected_updates=10**6, pixels=True).regional  # measured slower
+    assert resolve_flags(LearnerConfig(compile="regional"), cpu).regional
+    assert not resolve_flags(LearnerConfig(compile=False), cpu, expected_updates=10**6).regional
+    flags = resolve_flags(LearnerConfig(compile="regional"), cpu)
+    assert not flags.compile and flags.describe() == "regionally compiled fp32"
+
+
+@pytest.mark.slow
+def test_regional_gives_the_eager_losses(tmp_path, monkeypatch):
+    """Same seed, same batch, three updates: every loss equal within 1e-4 relative (inductor fuses
+    and reorders float sums). Compiled code draws its own random numbers unless told to use
+    eager's (fallback_random), which this comparison needs; the run itself does not."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # a cold compile
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+    batch = replay_batch(2, 9, PROPRIO, 1, seed=3)
+    results = {}
+    for mode in (False, "regional"):
+        torch.manual_seed(0)
+        cfg = LearnerConfig(compile=mode, lr_warmup_steps=0, imagination_horizon=4)
+        learner = Learner(build_agent(TINY, cfg, PROPRIO, 1, "cpu"), cfg)
+        assert learner.flags.regional == (mode == "regional")
+        torch.manual_seed(1)
+        results[mode] = [{k: float(v) for k, v in learner.step(batch).items() if k in LOSSES} for _ in range(3)]
+    assert (tmp_path / "cache").is_dir() and any((tmp_path / "cache").iterdir())  # the documented cache
+    for eager, regional in zip(results[False], results["regional"]):
+        assert set(eager) == set(LOSSES)
+        for key in LOSSES:
+            assert regional[key] == pytest.approx(eager[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
+    from tests.conftest import run_train
+    from tests.test_train import RUN
+
+    proc = run_train(*RUN, "collector.total_frames=400", "learner.compile=regional", "eval.every=400",
+                     f"hydra.run.dir={tmp_path / 'run'}", timeout=400,
+                     env_extra={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"learner: regionally compiled fp32, ~25 updates planned (compile cache: {tmp_path / 'cache'})" in proc.stdout
+    assert f"trained to 400 env steps ({1 + 100 * 16 // 64} updates)" in proc.stdout
+    assert "eval at 400 env steps" in proc.stdout  # the evaluator acts with the compiled prior's nets
