@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,6 +199,7 @@ def main(argv=None) -> int:
                 step["result"] = train_summary(work / "train")
             (out / "gpu_check.json").write_text(json.dumps(results, indent=1))
             print(f"{name}: {step['status']} in {step['seconds']} s", flush=True)
+    shutil.rmtree(work, ignore_errors=True)  # the train step's run dir and the steps' JSON (copied above)
     failed = [n for n, s in results["steps"].items() if not s["status"].startswith(("ok", "interrupted as planned"))]
     print(f"results: {out / 'gpu_check.json'}, log: {out / 'gpu_check.log'}" + (f"; not ok: {failed}" if failed else ""))
     return 1 if failed else 0

@@ -2,12 +2,13 @@
 and replay sampling beside the update with and without prefetch.
 
     python -m benchmarks.learner [--size s] [--batch 16] [--length 64] [--updates 3]
-                                 [--modes eager,compiled,cudagraph-bf16 | --compile]
+                                 [--modes eager,compiled,cudagraph-bf16,regional | --compile]
                                  [--sampling-shapes 16x64,32x256] [--sampling-size SIZE] [--json FILE]
 
 Learner rows run on the same fixed replay-shaped pixel batch (64x64, 6-dim action), so the app's
 own overhead (batch conversion, metrics) is a measured ratio. Modes: `eager` (fp32), `compiled`
-(torch.compile, fp32), `cudagraph-bf16` (compiled + CUDA graph + bf16 autocast: CUDA only);
+(torch.compile, fp32), `cudagraph-bf16` (compiled + CUDA graph + bf16 autocast: CUDA only),
+`regional` (the hot regions only, dreamer/regional.py; its bare-stepper column stays eager);
 `--compile` adds the compiled modes this device supports (slow to compile on a CPU: minutes).
 Per row: ms/update (after the first update), the first update's seconds (compile/capture
 included) and peak GPU memory. The sampling table (benchmarks/sampling.py) prints first,
@@ -36,6 +37,7 @@ MODES = {  # name -> (compile, cudagraph, bf16)
     "eager": (False, False, False),
     "compiled": (True, False, False),
     "cudagraph-bf16": (True, True, True),
+    "regional": ("regional", False, False),  # the hot regions only (dreamer/regional.py)
 }
 
 
@@ -185,7 +187,7 @@ def main(argv=None) -> None:
 
 def row_name(mode: str) -> str:
     return {"eager": "eager fp32", "compiled": "compiled fp32",
-            "cudagraph-bf16": "compiled + cudagraph bf16"}[mode]
+            "cudagraph-bf16": "compiled + cudagraph bf16", "regional": "regional fp32"}[mode]
 
 
 if __name__ == "__main__":

@@ -97,7 +97,9 @@ def test_sigint_at_start_up_leaves_nothing():
     with long_run() as (tag, proc):
         time.sleep(1.0)  # Hydra composing, torch importing: no worker yet
         os.killpg(proc.pid, signal.SIGINT)
-        wait_gone(proc, tag, 10)
+        # 10 s was enough alone (2 s) but timed out twice late in the full suite on this 2-core
+        # machine (cause not found); what this test guards is that nothing is left behind.
+        wait_gone(proc, tag, 30)
         assert proc.returncode != 0
 
 
