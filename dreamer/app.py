@@ -25,8 +25,11 @@ from dreamer.stop import StopRequest
 MUST_MATCH_ON_RESUME = ("env", "world_model")
 
 
-def run(config: Config) -> None:
+def run(config: Config, stop: StopRequest | None = None) -> None:
     """Trains one run of a validated config (train.py validates before importing torch)."""
+    # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
+    stop = stop or StopRequest().install()
+    exit_if_stopped(stop)  # during the imports: nothing started yet
     try:
         state = load_resume_state(config)
     except (ConfigError, checkpoint.CheckpointError) as err:
@@ -38,8 +41,7 @@ def run(config: Config) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
-    stop = StopRequest().install()
+    exit_if_stopped(stop)
     metrics = make_logger(config, run_dir, run_id=state["run_id"] if state else None)
     wandb_offline = config.logger.mode == "offline" and metrics.run_id is not None
     describe(config, state)
@@ -129,6 +131,12 @@ def check_run_dir(run_dir: str, need: int) -> None:
         raise ConfigError("hydra.run.dir", f"{run_dir} has {free / 1e9:.1f} GB free, checkpoints need up to "
                           f"{need / 1e9:.1f} GB (checkpoint.keep + 1 copies; lower checkpoint.keep or "
                           "checkpoint.replay_max_gb, or pick another hydra.run.dir)")
+
+
+def exit_if_stopped(stop: StopRequest) -> None:
+    if stop.requested:
+        print(f"interrupted ({stop.signal_name}) before training started", file=sys.stderr)
+        sys.exit(130)
 
 
 def load_resume_state(config: Config) -> dict | None:

@@ -9,6 +9,7 @@ A second Ctrl-C raises at once, for a loop that is stuck.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util as mp_util
 import signal
 import threading
 from typing import Callable, TypeVar
@@ -67,11 +68,28 @@ class StopRequest:
 
 @contextlib.contextmanager
 def children_ignore_ctrl_c():
-    """Processes started inside inherit an ignored SIGINT (Python keeps it ignored at start-up),
+    """Processes spawned inside inherit an ignored SIGINT (Python keeps it ignored at start-up),
     so a terminal's Ctrl-C, sent to the whole process group, reaches only this process, which
-    then stops them in order."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    then stops them in order.
+
+    SIGINT is ignored here only around each fork/exec (about a millisecond), not for the whole
+    block: an ignored signal is discarded, and ignoring it for the seconds the collector takes to
+    start lost a Ctrl-C there; the run went on training. (Blocking it instead does not work: any
+    other thread, torch's among them, takes a blocked signal and drops it.) Spawns go through
+    multiprocessing.util.spawnv_passfds ("spawn" start method, and its resource tracker)."""
+    original = mp_util.spawnv_passfds
+
+    def spawn_ignoring_ctrl_c(path, args, passfds):
+        if threading.current_thread() is not threading.main_thread():
+            return original(path, args, passfds)  # only the main thread may set a disposition
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return original(path, args, passfds)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    mp_util.spawnv_passfds = spawn_ignoring_ctrl_c
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        mp_util.spawnv_passfds = original
