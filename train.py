@@ -2,12 +2,15 @@
 
 Thin entrypoint: Hydra composes conf/config.yaml and the groups; dreamer.app does the rest.
 """
+import os
 import sys
+import tempfile
 
 import hydra
 from omegaconf import DictConfig
 
 from dreamer.config import ConfigError, check_override_keys, register_configs, validate_or_exit
+from dreamer.launch import export_slurm_rendezvous
 from dreamer.stop import StopRequest
 
 register_configs()
@@ -15,6 +18,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    export_slurm_rendezvous()  # a SLURM task of a multi-task job: one data-parallel rank
     config = validate_or_exit(cfg)  # before torch is imported: a bad override fails in about a second
     # Ctrl-C and SIGTERM are recorded from here on and honoured at safe points: a KeyboardInterrupt
     # raised inside a library's import can be swallowed by a broad `except` there (seen once: a
@@ -25,9 +29,21 @@ def main(cfg: DictConfig) -> None:
     run(config, stop)
 
 
+def other_ranks_write_nothing(args: list[str]) -> list[str]:
+    """Under torchrun, ranks other than 0 keep Hydra's files out of the run dir (rank 0's, which
+    they adopt: dreamer/app.py) and out of the outputs/ tree."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 or int(os.environ.get("RANK", "0")) == 0:
+        return args
+    extra = ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        extra.append(f"hydra.run.dir={tempfile.gettempdir()}/dreamer-rank{os.environ['RANK']}-{os.getpid()}")
+    return args + [e for e in extra if e.split("=")[0] not in {a.split("=")[0] for a in args}]
+
+
 if __name__ == "__main__":
     try:
         check_override_keys(sys.argv[1:])  # a mistyped key: name it and list the valid ones
     except ConfigError as err:
         sys.exit(f"error: {err}")
+    sys.argv[1:] = other_ranks_write_nothing(sys.argv[1:])
     main()

@@ -233,9 +233,12 @@ class GuardedDreamerV3Optimizer(DreamerV3Optimizer):
         super().__init__(*args, **kwargs)
         self.skipped = 0
         self.last_step_skipped = False
+        self.grad_sync = None  # data-parallel: averages the gradients over the ranks first
 
     @torch.no_grad()
     def step(self, closure=None):
+        if self.grad_sync is not None:  # every rank then sees the same gradients and skips alike
+            self.grad_sync([p for g in self.param_groups for p in g["params"]])
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         finite = bool(torch.stack(torch._foreach_norm(grads)).isfinite().all()) if grads else True
         self.last_step_skipped = not finite

@@ -16,6 +16,7 @@ from collectors.watchdog import CollectorFault
 from dreamer import checkpoint
 from dreamer.config import Config, ConfigError, replay_plan
 from dreamer.disk import DiskFullError
+from dreamer.distributed import RankLostError
 from dreamer.loop import train
 from dreamer.trainer import STATE_KEYS, NonFiniteLossError
 from dreamer.metrics import MetricsLogger, sweep_group_name
@@ -30,25 +31,33 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
     stop = stop or StopRequest().install()
     exit_if_stopped(stop)  # during the imports: nothing started yet
+    world = connect_ranks(config)
     try:
-        state = load_resume_state(config)
+        state = load_resume_state(config, world.size)
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    run_dir = HydraConfig.get().runtime.output_dir
-    try:
-        check_run_dir(run_dir, checkpoint_bytes(config))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    # Rank 0's run dir is the run's (Hydra names one per process, from its start time).
+    own_dir = HydraConfig.get().runtime.output_dir
+    run_dir = world.broadcast_object(own_dir)
+    if own_dir != run_dir and os.path.basename(own_dir).startswith("dreamer-rank"):
+        shutil.rmtree(own_dir, ignore_errors=True)  # train.py's placeholder for ranks > 0
+    if world.is_main:
+        try:
+            check_run_dir(run_dir, checkpoint_bytes(config))
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
     exit_if_stopped(stop)
-    metrics = make_logger(config, run_dir, run_id=state["run_id"] if state else None)
-    wandb_offline = config.logger.mode == "offline" and metrics.run_id is not None
-    describe(config, state)
+    metrics = make_logger(config, run_dir, run_id=state["run_id"] if state else None) if world.is_main else None
+    wandb_offline = metrics is not None and config.logger.mode == "offline" and metrics.run_id is not None
+    if world.is_main:
+        describe(config, state, world.size)
     start = time.monotonic()
     try:
-        trainer = train(config, run_dir, metrics, resume=state, stop=stop)
-        metrics.close()
+        trainer = train(config, run_dir, metrics, resume=state, stop=stop, world=world)
+        if metrics is not None:
+            metrics.close()
     except KeyboardInterrupt:
         _close_quietly(metrics)
         print("interrupted: workers stopped", file=sys.stderr)
@@ -63,6 +72,10 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
         # The dead process may hold one of the collector's shared locks: any later cleanup of the
         # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
         _exit_now(1)
+    except RankLostError as err:
+        _close_quietly(metrics)
+        print(f"error: {err}", file=sys.stderr)
+        _exit_now(1)  # the process group is broken: its teardown could wait on the lost rank
     except NonFiniteLossError as err:
         _close_quietly(metrics)
         print(f"error: {err}; stopped with a checkpoint of the last finite weights", file=sys.stderr)
@@ -74,6 +87,9 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     except BaseException:
         _close_quietly(metrics)
         raise
+    world.close()
+    if not world.is_main:
+        return
     elapsed = time.monotonic() - start
     print(f"trained to {trainer.frames} env steps ({trainer.updates} updates) in {elapsed:.0f} s")
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
@@ -81,11 +97,21 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     print(f"run dir: {run_dir} ({outputs})")
 
 
-def _close_quietly(metrics: MetricsLogger) -> None:
+def connect_ranks(config: Config):
+    """torchrun's ranks (dreamer/distributed.py), or the single process of a plain run."""
+    from dreamer.distributed import connect
+    from dreamer.trainer import resolve_device
+
+    return connect(cuda=resolve_device(config.learner.device).startswith("cuda"))
+
+
+def _close_quietly(metrics: MetricsLogger | None) -> None:
     """Close files and wandb on an error path: a second error (a full disk) must not hide the first.
     Python's logging prints a traceback for every record a handler fails to write (wandb's own log
     files on a full disk, while it shuts down): not on this path."""
     logging.raiseExceptions = False
+    if metrics is None:
+        return
     with contextlib.suppress(Exception):
         metrics.close()
 
@@ -139,10 +165,14 @@ def exit_if_stopped(stop: StopRequest) -> None:
         sys.exit(130)
 
 
-def load_resume_state(config: Config) -> dict | None:
+def load_resume_state(config: Config, world_size: int = 1) -> dict | None:
     if config.checkpoint.resume is None:
         return None
     state = checkpoint.load(config.checkpoint.resume, required=STATE_KEYS)
+    saved_world = state.get("world_size", 1)
+    if state["replay"] is not None and saved_world != world_size:
+        raise ConfigError("resume", f"the checkpoint holds the replay of a {saved_world}-process run; resume it "
+                          f"with {saved_world} process(es), or from a checkpoint written with checkpoint.replay=false")
     now = OmegaConf.to_container(OmegaConf.structured(config))
     keys = [(section, key) for section in MUST_MATCH_ON_RESUME for key in state["config"][section]]
     if state["replay"] is not None:  # one replay stream per env
@@ -155,12 +185,15 @@ def load_resume_state(config: Config) -> dict | None:
     return state
 
 
-def describe(config: Config, state: dict | None) -> None:
+def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
     col, env = config.collector, config.env
     start = f"resuming at {state['frames']} env steps, {state['updates']} updates; " if state else ""
     print(f"{start}training {config.world_model.size} DreamerV3 on {env.name} ({env.obs}) for {col.total_frames} "
           f"env steps: {col.num_envs} envs ({col.transport}, chunk {col.chunk_size()}), "
           f"train ratio {config.learner.train_ratio:g}")
+    if world_size > 1:
+        print(f"data parallel over {world_size} ranks: each runs {col.num_envs // world_size} envs and samples "
+              f"{config.replay.batch_size // world_size} of the {config.replay.batch_size} sequences per update")
     import torch
 
     from dreamer import placement

@@ -276,10 +276,37 @@ class Config:
             _check(cuda, "collector.inference_static_batch_size",
                    "fixed-size (padded) inference batches need a CUDA inference device (collector.device); "
                    "use null on a CPU machine")
+        world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's ranks (dreamer/distributed.py)
+        if world > 1:
+            _check(rep.batch_size % world == 0, "replay.batch_size",
+                   f"is the global batch over the {world} ranks and must divide by the world size (got "
+                   f"{rep.batch_size}); e.g. replay.batch_size={max(world, rep.batch_size // world * world)}")
+            _check(col.num_envs % world == 0, "collector.num_envs",
+                   f"is the envs over all {world} ranks and must divide by the world size (got {col.num_envs})")
+            _check(col.frames_per_batch % world == 0, "collector.frames_per_batch",
+                   f"is over all {world} ranks and must divide by the world size (got {col.frames_per_batch})")
         need = (rep.batch_length + 1) * col.num_envs
         _check(rep.capacity >= need, "replay.capacity",
                f"must hold at least one sequence (replay.batch_length + 1 records) per env: >= {need} "
                f"(got {rep.capacity})")
+
+
+def rank_share(config: "Config", world: int) -> "Config":
+    """One rank's part of a data-parallel run: its envs, collector batch, replay batch and replay
+    capacity (the config's values are totals over the ranks; validated to divide)."""
+    if world == 1:
+        return config
+    import copy
+
+    share = copy.deepcopy(config)
+    col, rep = share.collector, share.replay
+    col.num_envs //= world
+    col.frames_per_batch //= world
+    if col.inference_static_batch_size is not None:
+        col.inference_static_batch_size = max(1, min(col.num_envs, col.inference_static_batch_size // world))
+    rep.batch_size //= world
+    rep.capacity = max(rep.capacity // world, (rep.batch_length + 1) * col.num_envs)
+    return share
 
 
 def register_configs() -> None:

@@ -28,16 +28,21 @@ from dreamer.disk import DiskFullError, is_no_space
 from dreamer.evaluate import Evaluator
 from dreamer.learner import MetricWindow
 from dreamer.metrics import MetricsLogger, read_metrics
+from dreamer.distributed import RankLostError
 from dreamer.stop import StopRequest
 from dreamer.trainer import Trainer
+
+
+class StopAgreed(KeyboardInterrupt):
+    """A stop request seen by the ranks together (single process: this process's Ctrl-C/SIGTERM)."""
 
 
 class Progress:
     """Progress bar plus the windowed rates and averages the logger needs."""
 
-    def __init__(self, total: int, initial: int, updates: int):
+    def __init__(self, total: int, initial: int, updates: int, show: bool = True):
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                        smoothing=0.1, mininterval=1.0)
+                        smoothing=0.1, mininterval=1.0, disable=not show)
         self.shown = initial
         self.window_start = (time.monotonic(), initial, updates)
         self.losses = MetricWindow()  # device tensors, reduced once per window
@@ -80,11 +85,11 @@ class Progress:
 
 
 def train(config: Config, run_dir: str | Path, metrics: MetricsLogger | None = None,
-          resume: dict | None = None, stop: StopRequest | None = None) -> Trainer:
+          resume: dict | None = None, stop: StopRequest | None = None, world=None) -> Trainer:
     """Runs training to collector.total_frames. On a stop request (Ctrl-C/SIGTERM, see
     dreamer/stop.py) the collector's processes are stopped, a final checkpoint is written and
     KeyboardInterrupt propagates."""
-    trainer = Trainer(config, run_dir, resume)
+    trainer = Trainer(config, run_dir, resume, world)
     if metrics is not None and metrics.run_id is not None:
         trainer.run_id = metrics.run_id
     if trainer.frames >= config.collector.total_frames:
@@ -110,13 +115,15 @@ class _Loop:
     def run(self) -> None:
         t, total = self.t, self.cfg.collector.total_frames
         lag_allowed = max(1, int(self.cfg.collector.frames_per_batch / t.steps_per_update))
-        progress = Progress(total, t.frames, t.updates)
+        main = t.world.is_main  # rank 0 alone shows progress, logs, evaluates and checkpoints
+        progress = Progress(total, t.frames, t.updates, show=main)
         finished, first_update = False, True  # first in this process (a resumed run compiles again)
         failure = None
         try:
             t.start_collector()
             while True:
-                self.stop.check()
+                if t.agree(self.stop.requested):  # any rank's Ctrl-C/SIGTERM stops all, together
+                    raise StopAgreed(self.stop.signal_name or "another rank stopped")
                 t.check_collector()
                 frames = t.frames
                 if frames >= total:
@@ -153,11 +160,20 @@ class _Loop:
         finally:
             progress.close()
             t.stop_prefetch()
-            t.stop_collector()
+            rank_lost = isinstance(failure, RankLostError)
+            t.stop_collector(kill=rank_lost)
             if not finished and self.evaluator is not None:
                 self.evaluator.close()
-            if t.updates > 0 or finished or t.frames > t.frames_at_start:
+            if main and (t.updates > 0 or finished or t.frames > t.frames_at_start):
                 self.final_checkpoint(failure)
+            if isinstance(failure, StopAgreed):
+                # Stopped together (Ctrl-C or SIGTERM on any rank): no rank exits before every rank has
+                # stopped its collector and rank 0 has its checkpoint; torchrun SIGTERMs the process
+                # groups of the others as soon as one rank exits non-zero.
+                t.world.barrier()
+        self.report_sync()
+        if not main:
+            return
         self.add_episodes(t.frames, progress)
         self.log(t.frames, progress)
         if self.cfg.eval.every and self.last_eval != t.frames:
@@ -192,7 +208,19 @@ class _Loop:
             env = self.cfg.env
             scores.write_scores(self.t.run_dir, env.name, self.cfg.seed, env.action_repeat)
 
+    def report_sync(self) -> None:
+        """Data-parallel: every rank holds bitwise the same weights (all ranks call this together)."""
+        world = self.t.world
+        if world.size > 1:
+            same = world.in_sync(self.t.agent.loss)
+            if world.is_main:
+                tqdm.write(f"ranks: {world.size}, weights and statistics identical: {'yes' if same else 'NO'}")
+            if not same:
+                raise RuntimeError("the ranks' weights differ: data-parallel updates went out of step")
+
     def periodic(self, frames: int, progress: Progress) -> None:
+        if not self.t.world.is_main:
+            return
         if frames >= self.next_log:
             self.log(frames, progress)
             self.next_log = _next_multiple(frames, self.cfg.logger.every)

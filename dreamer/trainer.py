@@ -26,11 +26,12 @@ from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
 from dreamer import checkpoint, placement
 from dreamer.agent import ObsSpec, build_agent
-from dreamer.config import Config
+from dreamer.config import Config, rank_share
+from dreamer.distributed import SingleProcess
 from dreamer.learner import Learner
 from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
 from dreamer.regional import compile_cache_dir
-from dreamer.stop import children_ignore_ctrl_c
+from dreamer.stop import children_ignore_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,12 @@ log = logging.getLogger(__name__)
 STATE_KEYS = ("loss", "optimizer", "frames", "updates", "rng", "run_id", "replay", "config")
 
 
-def resolve_device(name: str) -> str:
+def resolve_device(name: str, local_rank: int | None = None) -> str:
+    """auto -> cuda if available else cpu; a plain `cuda` of a data-parallel rank -> cuda:<local rank>."""
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        return f"cuda:{local_rank}"
     return name
 
 
@@ -49,15 +53,24 @@ class NonFiniteLossError(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None):
+    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None, world=None):
+        # config: the run's totals (train ratio, budgets, intervals count env steps over all ranks);
+        # share: this rank's envs, collector batch, replay batch and capacity (dreamer/distributed.py)
+        self.world = world or SingleProcess()
         self.config, self.run_dir = config, Path(run_dir)
+        self.share = rank_share(config, self.world.size)
         env_cfg, rep = config.env, config.replay
-        torch.manual_seed(config.seed)
+        self.local_rank = self.world.local_rank if self.world.size > 1 else None
+        torch.manual_seed(config.seed)  # the same initial weights on every rank
         self.spec = env_spec(env_cfg)
         self.obs = ObsSpec.from_spec(self.spec)
         self.action_dim = self.spec.action_dim
         self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
-                                 resolve_device(config.learner.device), discrete=self.spec.discrete)
+                                 resolve_device(config.learner.device, self.local_rank), discrete=self.spec.discrete)
+        if self.world.size > 1:
+            self.world.broadcast_module(self.agent.loss)
+            self.agent.optimizer.grad_sync = self.world.average_gradients
+            torch.manual_seed(config.seed + 7919 * self.world.rank)  # each rank's own imagination noise
         wm = config.world_model
         self.context = ContextSpec(wm.stoch, wm.classes, wm.deter) if rep.context else None
         self.steps_per_update = rep.batch_size * rep.batch_length / config.learner.train_ratio
@@ -65,16 +78,20 @@ class Trainer:
         self.learner = Learner(self.agent, config.learner, self.context, expected_updates=expected)
         flags = self.learner.flags
         cache = f" (compile cache: {compile_cache_dir()})" if flags.compile or flags.regional else ""
-        print(f"learner: {flags.describe()}, ~{expected:,.0f} updates planned{cache}", flush=True)
+        if self.world.is_main:
+            print(f"learner: {flags.describe()}, ~{expected:,.0f} updates planned{cache}", flush=True)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
         # batch_length + 1 records: the first is context (its latent starts the sequence), the
         # others are the trained steps (dreamer/learner.py).
-        self.replay = SequenceReplay(config.collector.num_envs, rep.capacity, rep.batch_size, rep.batch_length + 1)
+        share = self.share.replay
+        self.replay = SequenceReplay(self.share.collector.num_envs, share.capacity, share.batch_size,
+                                     rep.batch_length + 1)
         self.tracker = EpisodeTracker(stats=self.spec.stats)
         self.frames_at_start = 0
         self.nonfinite_in_row = 0
         self.synced_at = 0  # learner updates at the last weight push
         self.run_id = None
+        self.refill: tuple[int, int] | None = None
         if resume is not None:
             self.load_state_dict(resume)
         self.prefetcher = None  # started at the first update (replay can sample by then)
@@ -82,11 +99,30 @@ class Trainer:
         self.watchdog = None
         self.collector_stopped = False
         self._paused = None
+        self._agreed_frames = 0  # this run's env steps over all ranks, as of the last agree()
+        self._all_can_sample = False
+        self.collect_budget = 0  # env steps this rank's collector takes (tracker count), set at start
 
     # -- counters ---------------------------------------------------------------------------
     @property
     def frames(self) -> int:
-        return self.frames_at_start + self.tracker.frames
+        """Env steps of the run (over all ranks: as the ranks last agreed)."""
+        if self.world.size == 1:
+            return self.frames_at_start + self.tracker.frames
+        return self.frames_at_start + self._agreed_frames
+
+    def agree(self, stop_requested: bool) -> bool:
+        """Once per loop iteration: the ranks' env steps summed and any rank's stop request shared, so
+        every rank takes the same decisions (updates are collective). Returns whether to stop."""
+        if self.world.size == 1:
+            return stop_requested
+        self._agreed_frames, stop, self._all_can_sample = self.world.agree(
+            self.tracker.frames, stop_requested, self.replay.can_sample())
+        return stop
+
+    def can_sample(self) -> bool:
+        """This rank's replay can sample; data-parallel: every rank's could, at the last agree()."""
+        return self.replay.can_sample() if self.world.size == 1 else self._all_can_sample
 
     @property
     def updates(self) -> int:
@@ -95,42 +131,56 @@ class Trainer:
     def target_updates(self, frames: int) -> int:
         """Updates the train ratio allows after `frames` env steps (0 before prefill ends)."""
         prefill = self.config.learner.prefill_frames
-        if frames < prefill or not self.replay.can_sample():
+        if self.refill is not None:  # resumed without replay: refill learner.prefill_frames first
+            start, base = self.refill
+            if frames < start + prefill or not self.can_sample():
+                return base
+            return base + 1 + int((frames - start - prefill) / self.steps_per_update)
+        if frames < prefill or not self.can_sample():
             return 0
         return 1 + int((frames - prefill) / self.steps_per_update)
 
     # -- collection -------------------------------------------------------------------------
     def start_collector(self) -> None:
-        cfg, col = self.config, self.config.collector
+        cfg, col = self.config, self.share.collector
         primer = primer_factory(cfg.world_model, self.action_dim)
         weights = {k: v.detach().cpu() for k, v in self.acting.state_dict().items()}
         prefilling = self.frames < cfg.learner.prefill_frames
         factory = DreamerPolicyFactory(cfg.world_model, self.obs, self.action_dim, discrete=self.spec.discrete,
                                        explore=True,
-                                       device=resolve_device(col.device), state_dict=weights,
+                                       device=resolve_device(col.device, self.local_rank), state_dict=weights,
                                        random_actions=prefilling)
         gpus = torch.cuda.device_count()
+        first = self.world.rank * col.num_envs  # this rank's envs: global indices first.. (own seeds)
+        remaining = cfg.collector.total_frames - self.frames
+        self.collect_budget = self.tracker.frames + -(-remaining // self.world.size)  # this rank's
         self.collector = build_collector(
-            [env_factory(cfg.env, seed=cfg.seed * 10_000 + i + self.frames, extra_transform=primer,
-                         render_device=placement.render_device(i, cfg.env.render_devices, gpus))
+            [env_factory(cfg.env, seed=cfg.seed * 10_000 + first + i + self.frames, extra_transform=primer,
+                         render_device=self.render_device(first + i, gpus))
              for i in range(col.num_envs)],
             factory,
             frames_per_batch=col.frames_per_batch,
-            total_frames=col.total_frames - self.frames,
+            total_frames=self.collect_budget - self.tracker.frames,
             chunk_size=col.chunk_size(),
             transport=col.transport,
             static_batch_size=col.inference_static_batch_size,
-            policy_device=resolve_device(col.device),
+            policy_device=resolve_device(col.device, self.local_rank),
             replay=self.replay,
             records=ReplayRecords(self.obs.keys, self.context, stats=self.spec.stats),
             on_write=self.tracker,
         )
         before = {p.pid for p in psutil.Process().children()}
-        with children_ignore_ctrl_c():  # the server and workers start here
+        with children_ignore_stop_signals():  # the server and workers start here
             self.collector.start()
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
         self.watchdog = ProcessWatchdog(started).start()
+
+    def render_device(self, env: int, gpus: int) -> int | None:
+        """A data-parallel rank's workers render on its own GPU unless env.render_devices says where."""
+        if self.local_rank is not None and gpus > 0 and self.config.env.render_devices == "auto":
+            return self.local_rank % gpus
+        return placement.render_device(env, self.config.env.render_devices, gpus)
 
     def hold_collection(self, hold: bool) -> None:
         """Pause (True) or resume (False) the collector; idempotent."""
@@ -158,16 +208,19 @@ class Trainer:
     def check_collector(self) -> None:
         self.watchdog.check()
         thread = getattr(self.collector, "_replay_thread", None)
-        if thread is not None and not thread.is_alive() and self.frames < self.config.collector.total_frames:
+        if thread is not None and not thread.is_alive() and self.tracker.frames < self.collect_budget:
             self.collector.async_shutdown()  # re-raises the writer thread's error
             raise RuntimeError("collection stopped before collector.total_frames")
 
-    def stop_collector(self) -> None:
-        """Stop workers and server (idempotent): once the budget is met they only cost CPU."""
+    def stop_collector(self, kill: bool = False) -> None:
+        """Stop workers and server (idempotent): once the budget is met they only cost CPU. `kill`:
+        end them at once, without the orderly shutdown (which waits on their shared locks)."""
         if self.collector is None or self.collector_stopped:
             return
         self.collector_stopped = True
-        if self.watchdog.fault is not None:  # a process died: shutdown() could block on its locks
+        # kill: another rank is gone and torchrun is about to SIGTERM this rank's process group, so
+        # a worker may die holding a lock the orderly shutdown then waits on forever (seen).
+        if kill or self.watchdog.fault is not None:  # a process died: shutdown() could block on its locks
             self.watchdog.kill_all()
             return
         self.watchdog.stop()
@@ -175,6 +228,7 @@ class Trainer:
             paused, self._paused = self._paused, None
             paused.close()
         self.collector.shutdown(raise_on_error=False)
+        self.watchdog.kill_all()  # any left (they ignore SIGTERM, so torchrl's terminate() cannot end them)
 
     def push_weights(self) -> None:
         if not self.collector_stopped:
@@ -191,6 +245,8 @@ class Trainer:
         batch, meta = self.next_batch()
         sampled = time.perf_counter()
         metrics = self.learner.step(batch)
+        if self.world.size > 1:  # return-normalisation statistics: the same on every rank
+            self.world.average_buffers(self.agent.loss.actor_loss.retnorm)
         refreshed = self.learner.refreshed_context()
         if refreshed is not None:  # the learner's posteriors replace the stored latents (official)
             self.replay.write_back(meta["index"][:, 1:], TensorDict({CONTEXT: refreshed}, refreshed.shape),
@@ -247,6 +303,7 @@ class Trainer:
             "rng": rng_state(),
             "run_id": self.run_id,
             "replay": [_plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)] if with_replay else None,
+            "world_size": self.world.size,
             "config": OmegaConf.to_container(OmegaConf.structured(self.config)),
         }
 
@@ -256,17 +313,25 @@ class Trainer:
         self.learner.updates = self.synced_at = state["updates"]
         self.frames_at_start = state["frames"]
         self.run_id = state["run_id"]
+        if state["replay"] is None and state["frames"] > 0:
+            # (env steps, updates) at the resume: without the replay, a burst of catch-up updates on
+            # the first few new sequences would overfit them; collect a fresh prefill first.
+            self.refill = (state["frames"], state["updates"])
         if state["replay"] is not None:
             for env, stream in enumerate(state["replay"]):
                 if stream is not None:
                     self.replay.member(env).extend(TensorDict(stream["data"], batch_size=[stream["length"]]))
         set_rng_state(state["rng"])
+        if self.world.size > 1:  # rank 0's RNG state was saved: each rank draws its own noise again
+            torch.manual_seed(self.config.seed + 7919 * self.world.rank + state["updates"])
 
     def save_checkpoint(self) -> Path:
         cfg = self.config.checkpoint
         replay_gib = self.replay_bytes() / 2**30 if cfg.replay else 0.0
-        with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb
-        if cfg.replay and not with_replay:
+        with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb and self.world.size == 1
+        if cfg.replay and self.world.size > 1:
+            log.info("data-parallel run: checkpoints hold no replay (each rank's is its own)")
+        elif cfg.replay and not with_replay:
             log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay", replay_gib)
         held = self.prefetcher.paused() if self.prefetcher is not None else contextlib.nullcontext()
         with held:  # no sample moves the RNG or reads replay while the state is taken

@@ -117,28 +117,29 @@ def test_sigint_while_workers_start_stops_the_run():
         assert proc.returncode == 130, proc.stdout.read()[-2000:]
 
 
-def ignores_sigint(pid: int) -> bool:
+def ignores_sigint(pid: int, sig: int = signal.SIGINT) -> bool:
     ignored = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                    if line.startswith("SigIgn:"))
-    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return bool(int(ignored.split()[1], 16) & (1 << (sig - 1)))
 
 
 def test_ctrl_c_while_children_start_reaches_the_handler():
     """Unit level: inside the guard a SIGINT reaches this process's handler (it used to be
     discarded), while a process spawned there ignores it."""
     import multiprocessing as mp
-    from dreamer.stop import children_ignore_ctrl_c
+    from dreamer.stop import children_ignore_stop_signals
     received = []
     previous = signal.signal(signal.SIGINT, lambda *_: received.append("SIGINT"))
     try:
-        with children_ignore_ctrl_c():
+        with children_ignore_stop_signals():
             child = mp.get_context("spawn").Process(target=time.sleep, args=(5,))
             child.start()
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.2)
             assert received == ["SIGINT"]
         assert ignores_sigint(child.pid), "a process spawned inside the guard does not ignore SIGINT"
-        assert not ignores_sigint(os.getpid())
+        assert ignores_sigint(child.pid, signal.SIGTERM), "... nor SIGTERM"
+        assert not ignores_sigint(os.getpid()) and not ignores_sigint(os.getpid(), signal.SIGTERM)
         child.kill()
         child.join()
     finally:

@@ -94,6 +94,15 @@ def test_launcher_presets_compose(launcher, key, expected):
     assert OmegaConf.select(cfg, f"hydra.launcher.{key}") == expected
 
 
+def test_slurm_data_parallel_asks_one_gpu_per_task():
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.tasks_per_node=4",
+                                                       "hydra.launcher.nodes=2"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert (launcher.tasks_per_node, launcher.nodes, launcher.gpus_per_node) == (4, 2, 4)
+
+
 @pytest.mark.parametrize("launcher", ["slurm", "parallel", "submitit_slurm", "joblib"])
 def test_launcher_configs_compose_from_the_command_line(launcher):
     proc = subprocess.run([sys.executable, "train.py", f"hydra/launcher={launcher}", "--cfg", "hydra"], cwd=ROOT,
