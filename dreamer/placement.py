@@ -39,7 +39,11 @@ def render_list(render_devices: Any, gpus: int) -> list[int]:
     return [int(d) for d in render_devices]
 
 
-def render_device(worker: int, render_devices: Any, gpus: int) -> Optional[int]:
+def render_device(worker: int, render_devices: Any, gpus: int, local_rank: Optional[int] = None) -> Optional[int]:
+    """Worker `worker`'s GPU. A data-parallel rank's workers render on the rank's own GPU by
+    default ("all"); a list of devices is taken as given (round-robin by global worker index)."""
+    if local_rank is not None and render_devices == "all" and gpus > 0:
+        return local_rank % gpus
     devices = render_list(render_devices, gpus)
     return devices[worker % len(devices)] if devices else None
 

@@ -156,7 +156,8 @@ class Trainer:
         self.collect_budget = self.tracker.frames + -(-remaining // self.world.size)  # this rank's
         self.collector = build_collector(
             [env_factory(cfg.env, seed=cfg.seed * 10_000 + first + i + self.frames, extra_transform=primer,
-                         render_device=self.render_device(first + i, gpus))
+                         render_device=placement.render_device(first + i, cfg.env.render_devices, gpus,
+                                                               self.local_rank))
              for i in range(col.num_envs)],
             factory,
             frames_per_batch=col.frames_per_batch,
@@ -175,12 +176,6 @@ class Trainer:
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
         self.watchdog = ProcessWatchdog(started).start()
-
-    def render_device(self, env: int, gpus: int) -> int | None:
-        """A data-parallel rank's workers render on its own GPU unless env.render_devices says where."""
-        if self.local_rank is not None and gpus > 0 and self.config.env.render_devices == "auto":
-            return self.local_rank % gpus
-        return placement.render_device(env, self.config.env.render_devices, gpus)
 
     def hold_collection(self, hold: bool) -> None:
         """Pause (True) or resume (False) the collector; idempotent."""

@@ -18,6 +18,12 @@ def test_workers_render_round_robin_over_the_render_devices():
     assert placement.render_device(0, "all", 0) is None  # no GPU: MuJoCo's default (llvmpipe here)
 
 
+def test_a_data_parallel_ranks_workers_render_on_its_own_gpu():
+    assert [placement.render_device(i, "all", 4, local_rank=2) for i in range(3)] == [2, 2, 2]
+    assert [placement.render_device(i, [0, 1], 4, local_rank=2) for i in range(3)] == [0, 1, 0]  # as given
+    assert placement.render_device(0, "all", 0, local_rank=1) is None
+
+
 @pytest.mark.parametrize("cfg, gpus, key", [
     (config(learner="cuda:1"), 4, None), (config(collector="cuda:3", render=[0, 3]), 4, None),
     (config(learner="cuda:4"), 4, "learner.device"), (config(collector="cuda:1"), 1, "collector.device"),
