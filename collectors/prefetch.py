@@ -59,6 +59,8 @@ class Prefetcher:
         """(the batch on the learner's device, its index and step_count on the host)."""
         waited = 0.0
         while True:
+            if self._stop.is_set():  # closed: batches still queued are not handed out
+                raise RuntimeError("replay prefetch thread is stopped")
             if self._error is not None:
                 raise RuntimeError("replay prefetch thread failed") from self._error
             try:

@@ -27,6 +27,7 @@ class ProcessWatchdog:
         self.fault: str | None = None
         self.interruptible = False  # the main thread is inside a collector call
         self._stop = threading.Event()
+        self._declaring = threading.Lock()
         self._main = threading.main_thread().ident
         self._previous_handler = None
         self._thread = threading.Thread(target=self._watch, name="collector-watchdog", daemon=True)
@@ -57,6 +58,16 @@ class ProcessWatchdog:
         try:
             self.check()
             yield
+        except CollectorFault:
+            raise
+        except Exception as err:
+            # torchrl may notice the death first (e.g. "inference server exited while pausing", after
+            # kill_all ended the server): name the process that died, not the symptom
+            if self.fault is None and self._find_dead() is not None:
+                self._declare(self._find_dead())
+            if self.fault is not None:
+                raise CollectorFault(self.fault) from err
+            raise
         finally:
             self.interruptible = False
 
@@ -68,15 +79,24 @@ class ProcessWatchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
-            dead = next((p for p in self.procs if not _alive(p)), None)
+            dead = self._find_dead()
             if dead is None:
                 continue
-            self.fault = (f"a collector process (pid {dead.pid}: an env worker or the inference server) "
-                          "died (killed, e.g. SIGKILL or the OOM killer, or crashed); collection cannot continue")
-            self.kill_all()  # the rest are useless now, and may wait on the dead one
+            self._declare(dead)
             if self.interruptible:
                 signal.pthread_kill(self._main, signal.SIGUSR1)
             return
+
+    def _find_dead(self) -> psutil.Process | None:
+        return next((p for p in self.procs if not _alive(p)), None)
+
+    def _declare(self, dead: psutil.Process) -> None:
+        with self._declaring:
+            if self.fault is not None:
+                return
+            self.fault = (f"a collector process (pid {dead.pid}: an env worker or the inference server) "
+                          "died (killed, e.g. SIGKILL or the OOM killer, or crashed); collection cannot continue")
+        self.kill_all()  # the rest are useless now, and may wait on the dead one
 
     def _on_signal(self, signum, frame) -> None:
         if self.fault is not None and self.interruptible:

@@ -177,6 +177,26 @@ def test_a_killed_worker_stops_the_run_with_an_error_and_a_checkpoint():
         assert checkpoint.load(run_dir(tag) / "checkpoints")["updates"] > 0
 
 
+def test_an_error_from_a_collector_call_names_the_process_that_died():
+    """torchrl can notice a death before the watchdog's next poll (CI: "inference server exited while
+    pausing"); the run must still say which process died, not the symptom."""
+    from collectors.watchdog import CollectorFault, ProcessWatchdog
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watchdog = ProcessWatchdog([child.pid], poll_s=60).start()  # its thread will not poll in time
+    try:
+        child.kill()
+        child.wait()
+        with pytest.raises(CollectorFault, match=f"pid {child.pid}.*died"):
+            with watchdog.guard():
+                raise RuntimeError("inference server exited while pausing")
+        with pytest.raises(ValueError):  # with every process alive, errors pass through unchanged
+            with ProcessWatchdog([os.getpid()], poll_s=60).guard():
+                raise ValueError("not a collector death")
+    finally:
+        watchdog.stop()
+
+
 @pytest.mark.slow
 def test_sigterm_during_compile_warm_up_stops_within_10_s():
     """torch.compile of the first update takes minutes on CPU; a stop request must not wait for it."""
