@@ -178,7 +178,10 @@ class Trainer:
         self.watchdog = ProcessWatchdog(started).start()
 
     def hold_collection(self, hold: bool) -> None:
-        """Pause (True) or resume (False) the collector; idempotent."""
+        """Pause (True) or resume (False) the collector; idempotent. A no-op once it is stopped."""
+        if self.collector_stopped:  # (killed: pausing or resuming its dead processes would fail)
+            self._paused = None
+            return
         if hold and self._paused is None and self.frames < self.config.collector.total_frames:
             stack = contextlib.ExitStack()
             with self.watchdog.guard():
