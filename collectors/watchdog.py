@@ -63,8 +63,9 @@ class ProcessWatchdog:
         except Exception as err:
             # torchrl may notice the death first (e.g. "inference server exited while pausing", after
             # kill_all ended the server): name the process that died, not the symptom
-            if self.fault is None and self._find_dead() is not None:
-                self._declare(self._find_dead())
+            dead = self._find_dead() if self.fault is None else None
+            if dead is not None:
+                self._declare(dead)
             if self.fault is not None:
                 raise CollectorFault(self.fault) from err
             raise
