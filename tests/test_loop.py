@@ -192,3 +192,19 @@ def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process
     state = checkpoint.load(tmp_path / "checkpoints")
     assert state["frames"] >= 100
     assert live_children() == []
+
+
+def test_collection_is_not_paused_or_resumed_once_the_collector_is_stopped():
+    """After a kill (a lost rank) the collector's processes are gone: touching them must not fail."""
+    from types import SimpleNamespace
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"the stopped collector was used: {name}")
+
+    trainer = SimpleNamespace(collector_stopped=True, collector=Untouchable(), watchdog=Untouchable(),
+                              frames=0, config=SimpleNamespace(collector=SimpleNamespace(total_frames=10)),
+                              _paused=Untouchable())
+    Trainer.hold_collection(trainer, True)
+    Trainer.hold_collection(trainer, False)
+    assert trainer._paused is None
