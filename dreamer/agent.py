@@ -41,8 +41,6 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.data import Bounded, Composite, OneHot, Unbounded
-from torchrl.envs.model_based.dreamer import DreamerEnv
 from torchrl.modules import (
     DreamerV3ImageDecoder,
     DreamerV3ImageEncoder,
@@ -51,7 +49,6 @@ from torchrl.modules import (
     RSSMPriorV3,
     RSSMRolloutV3,
     SymExpTwoHot,
-    WorldModelWrapper,
 )
 from torchrl.objectives import (
     DreamerV3ActorLoss,
@@ -66,6 +63,8 @@ from torchrl.objectives.utils import ValueEstimators
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.actors import ContinuousActorNet, DiscreteActorNet, policy_distribution
+from dreamer.block_gru import factor_block_gru
+from dreamer.imagination import imagination_env
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
 KERNEL = 5  # official; v1 used 4, but torchrl's conv blocks need an odd kernel
@@ -143,6 +142,7 @@ def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int, discrete: bool = Fals
         num_categoricals=s.stoch, num_classes=s.classes,
         recurrent_model="block_gru", num_blocks=s.blocks,  # default "gru" is the legacy cell
         num_layers=1, prior_num_layers=2, unimix=s.unimix)  # default unimix is 0.0
+    factor_block_gru(prior)  # same weights and math, no per-block copies of the input (block_gru.py)
     posterior = RSSMPosteriorV3(
         hidden_dim=s.hidden, num_categoricals=s.stoch, num_classes=s.classes, rnn_hidden_dim=s.deter,
         obs_embed_dim=encoder.out_features, use_rms_norm=True,  # default False is legacy
@@ -201,24 +201,6 @@ def _critic(n: SimpleNamespace) -> TensorDictSequential:
     return TensorDictSequential(
         TensorDictModule(n.value, ["belief", "state"], ["state_value_logits"]),
         TensorDictModule(SymExpTwoHot(NBINS), ["state_value_logits"], ["state_value"]))
-
-
-def _imagination_env(n: SimpleNamespace, device) -> DreamerEnv:
-    """Latent-only env for the actor loss (prior + reward head; no real env involved)."""
-    s = n.sizes
-    dynamics = WorldModelWrapper(
-        TensorDictModule(n.prior, ["state", "belief", "action"], ["_", "state", "belief"]),
-        TensorDictSequential(
-            TensorDictModule(n.reward, ["belief", "state"], ["reward_logits"]),
-            TensorDictModule(SymExpTwoHot(NBINS), ["reward_logits"], ["reward"])))
-    # DreamerEnv moves the shared nets to its device: build it on the final device.
-    env = DreamerEnv(dynamics, prior_shape=(s.S,), belief_shape=(s.deter,), device=device)
-    env.observation_spec = Composite(state=Unbounded(s.S), belief=Unbounded(s.deter), device=device)
-    env.state_spec = env.observation_spec.clone()
-    env.action_spec = (OneHot(n.action_dim, device=device) if n.discrete
-                       else Bounded(-1, 1, (n.action_dim,), device=device))
-    env.reward_spec = Unbounded((1,), device=device)
-    return env
 
 
 class GuardedDreamerV3Optimizer(DreamerV3Optimizer):
@@ -311,7 +293,7 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
         TensorDictModule(n.cont, ["belief", "state"], ["continue_logits"]),
         TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
     actor_loss = DreamerV3ActorLoss(
-        actor, critic, _imagination_env(n, device), continuation_model=continuation,
+        actor, critic, imagination_env(n, device, no_grad=lc.actor_grad == "reinforce", nbins=NBINS), continuation_model=continuation,
         imagination_horizon=lc.imagination_horizon, use_reinforce=(lc.actor_grad == "reinforce"),
         entropy_bonus=lc.entropy_coef)
     actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)
