@@ -34,7 +34,7 @@ def block_linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         lead = value.shape[:-1]
         out = torch.bmm(value.reshape(-1, blocks, block_in).transpose(0, 1), weight)
         out = out.transpose(0, 1).reshape(*lead, blocks * block_out)
-    return out if bias is None else out + bias.to(value.dtype)
+    return out if bias is None else out + bias.to(out.dtype)  # as torchrl: autocast's dtype, not the input's
 
 
 class FactoredBlockGRU(_DreamerV3BlockGRU):

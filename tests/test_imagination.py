@@ -95,3 +95,18 @@ def test_the_factored_block_gru_is_torchrls(size):
     grads_b = torch.autograd.grad(b.square().sum(), list(ours.parameters()))
     for ga, gb in zip(grads_a, grads_b):
         torch.testing.assert_close(gb, ga, rtol=1e-4, atol=1e-5 * float(ga.abs().max()))
+
+
+def test_the_factored_block_gru_keeps_torchrls_dtypes_under_bf16_autocast():
+    """The CUDA learner runs under bf16 autocast: the same dtypes as torchrl's GRU, values within
+    bf16 rounding (checked with CPU autocast here)."""
+    torch.manual_seed(0)
+    ours = build_nets(TINY, PROPRIO, 1).prior.rnn
+    theirs = copy.deepcopy(ours)
+    theirs.__class__ = _DreamerV3BlockGRU
+    g = torch.Generator().manual_seed(2)
+    args = (torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g), torch.rand(5, 1, generator=g))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = theirs(*args), ours(*args)
+    assert b.dtype == a.dtype == torch.float32
+    torch.testing.assert_close(b, a, rtol=0, atol=0.05)
