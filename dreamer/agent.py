@@ -295,8 +295,9 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
     continuation = TensorDictSequential(  # lets imagination terminate (off unless passed)
         TensorDictModule(n.cont, ["belief", "state"], ["continue_logits"]),
         TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
+    imagination = imagination_env(n, device, no_grad=lc.actor_grad == "reinforce", nbins=NBINS)
     actor_loss = DreamerV3ActorLoss(
-        actor, critic, imagination_env(n, device, no_grad=lc.actor_grad == "reinforce", nbins=NBINS), continuation_model=continuation,
+        actor, critic, imagination, continuation_model=continuation,
         imagination_horizon=lc.imagination_horizon, use_reinforce=(lc.actor_grad == "reinforce"),
         entropy_bonus=lc.entropy_coef)
     actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)

@@ -5,7 +5,7 @@ by concatenating each belief block with a copy of the whole feature vector: a [N
 (belief/blocks + 3 hidden)] tensor (tiny model: 1,600 floats per row from 256), then a batched
 matmul over the blocks. Block i's output is belief_i @ W_i[:b] + features @ W_i[b:], so the
 feature term of all blocks is one dense matmul with the blocks' feature weights side by side, and
-the belief term a block-diagonal one. Where the blocks are small (the tiny and xs presets: 8
+the belief term a block-diagonal one. Where the blocks are small (the tiny preset: 8
 inputs per block) block-diagonal products run as one dense matmul with a block-diagonal weight:
 8 tiny matmuls in a batch cost more on a CPU than the zeros they skip.
 
@@ -14,27 +14,27 @@ Measured on 2 cores, 1,024 rows (an imagination step): tiny block GRU forward 2.
 a whole tiny T64 update 7-10% faster with the actor gradient through the dynamics, 1-2% with
 REINFORCE (no backward through imagination).
 Parameters and state-dict keys are torchrl's, so checkpoints load either way; results equal
-torchrl's up to float rounding (tests/test_block_gru.py).
+torchrl's up to float rounding (tests/test_imagination.py).
 """
 from __future__ import annotations
 
 import torch
-from torchrl.modules.models.model_based import RSSMPriorV3, _DreamerV3BlockGRU, _DreamerV3BlockLinear
+from torchrl.modules.models.model_based import (
+    RSSMPriorV3,
+    _dreamer_v3_block_linear,
+    _DreamerV3BlockGRU,
+    _DreamerV3BlockLinear,
+)
 
 DENSE_BLOCK_MAX = 16  # inputs per block up to which a block-diagonal product runs as one dense matmul
 
 
-def block_linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def block_linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Independent linear maps over equal feature blocks; weight [blocks, in/blocks, out/blocks]."""
-    weight = weight.to(value.dtype)
-    blocks, block_in, block_out = weight.shape
-    if block_in <= DENSE_BLOCK_MAX:
-        out = value @ torch.block_diag(*weight.unbind(0))
-    else:
-        lead = value.shape[:-1]
-        out = torch.bmm(value.reshape(-1, blocks, block_in).transpose(0, 1), weight)
-        out = out.transpose(0, 1).reshape(*lead, blocks * block_out)
-    return out if bias is None else out + bias.to(out.dtype)  # as torchrl: autocast's dtype, not the input's
+    if weight.shape[1] > DENSE_BLOCK_MAX:  # torchrl's batched matmul over the blocks
+        return _dreamer_v3_block_linear(value, weight, bias)
+    out = value @ torch.block_diag(*weight.to(value.dtype).unbind(0))
+    return out + bias.to(out.dtype)  # as torchrl: the product's (autocast's) dtype, not the input's
 
 
 class FactoredBlockGRU(_DreamerV3BlockGRU):
