@@ -15,3 +15,7 @@ import logging
 # PyOpenGL announces at INFO that its optional accelerator module is missing, on every start.
 logging.getLogger("OpenGL").setLevel(logging.WARNING)
 logging.getLogger("absl").setLevel(logging.WARNING)  # dm_control's GL backend banner
+
+from collectors.absent_modules import mark_absent_modules
+
+mark_absent_modules()

@@ -15,6 +15,14 @@ first-update times). Compiled heads (MLPs) measured slower than eager here and a
 model loss (it holds the 64-step rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they are (nn.Module.compile), so a
 checkpoint loads in either mode.
 
+One graph per region where possible: each graph variant costs its own inductor compile (C++ for
+every fused kernel, ~1 s of g++ each on this machine; ~50 kernels were most of the 68 s cold first
+update). Two variants were avoidable: the RSSM step's first call got a carry without gradients and
+every later call one with (two graphs of the largest region), and the two-hot decoders ran in
+grad mode on logits without gradients (the actor loss's critic under hold_out_net) besides
+under no_grad (a third graph). `_carry_with_grad` and `_decode` below route those to the graph
+already compiled; values and gradients are unchanged (tests/test_regional.py).
+
 Inductor's on-disk caches (FX graph, AOTAutograd) live under `compile_cache_dir()`:
 $TORCHINDUCTOR_CACHE_DIR if set, else ~/.cache/dreamer-app/inductor (torch's default is under /tmp).
 """
@@ -48,6 +56,7 @@ def compile_regions(agent) -> list[str]:
     for module in agent.loss.modules():
         if isinstance(module, RSSMRolloutV3) and module._fast_path and module._step_fn is None:
             module.compile_rollout("step")
+            module._step_fn = _carry_with_grad(module._step_fn)
             done.append("rssm step")
     agent.nets.prior.compile(dynamic=False)
     done.append("prior")
@@ -55,7 +64,7 @@ def compile_regions(agent) -> list[str]:
     # share in __dict__): missed, it decoded 2 x 16k values per update eagerly (~30 ms)
     decoders = [m for root in (agent.loss, agent.critic) for m in root.modules() if isinstance(m, SymExpTwoHot)]
     for module in {id(m): m for m in decoders}.values():
-        module.compile(dynamic=False)
+        module.forward = _decode(module)
     done.append(f"{len({id(m) for m in decoders})} two-hot decoders")
     value_loss = agent.loss.value_loss  # critic on imagined states + slow critic + two-hot CE
     value_loss.compile(dynamic=False)
@@ -63,3 +72,32 @@ def compile_regions(agent) -> list[str]:
     value_loss.replay_value_loss = torch.compile(value_loss.replay_value_loss, dynamic=False)
     done += ["value loss", "replay value loss"]
     return done
+
+
+def _carry_with_grad(step):
+    """The RSSM step with a carry that requires grad in grad mode. The rollout's first carry comes
+    from the batch (zeros or the stored replay context) and has none, every later one has: without
+    this the first step compiles a graph of its own. The extra leaf only receives a gradient."""
+    def step_fn(state, belief, *inputs):
+        if torch.is_grad_enabled():
+            state = state if state.requires_grad else state.detach().requires_grad_()
+            belief = belief if belief.requires_grad else belief.detach().requires_grad_()
+        return step(state, belief, *inputs)
+    return step_fn
+
+
+def _decode(decoder):
+    """A compiled two-hot decoder with two graphs (with and without gradients) for every batch
+    shape: logits without gradients run under no_grad, and all are flattened to rows of bins with
+    a dynamic row count (imagined rewards are [N, bins], values [N, H, bins])."""
+    compiled = torch.compile(decoder.forward)
+
+    def forward(logits):
+        rows = logits.reshape(-1, logits.shape[-1])
+        if not torch.compiler.is_compiling():  # inside a compiled region (the value loss) it is inlined
+            torch._dynamo.mark_dynamic(rows, 0)
+        if torch.is_grad_enabled() and logits.requires_grad:
+            return compiled(rows).reshape(*logits.shape[:-1], 1)
+        with torch.no_grad():
+            return compiled(rows.detach()).reshape(*logits.shape[:-1], 1)
+    return forward

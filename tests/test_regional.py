@@ -2,6 +2,8 @@
 long CPU runs only, and a train.py run with it."""
 import pytest
 import torch
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
 
 from dreamer.agent import build_agent
 from dreamer.config import LearnerConfig
@@ -33,6 +35,7 @@ def test_regional_gives_the_eager_losses(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # a cold compile
     monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
     batch = replay_batch(2, 9, PROPRIO, 1, seed=3)
+    torch._dynamo.reset()  # count this test's graphs only
     results = {}
     for mode in (False, "regional"):
         torch.manual_seed(0)
@@ -42,6 +45,10 @@ def test_regional_gives_the_eager_losses(tmp_path, monkeypatch):
         torch.manual_seed(1)
         results[mode] = [{k: float(v) for k, v in learner.step(batch).items() if k in LOSSES} for _ in range(3)]
     assert (tmp_path / "cache").is_dir() and any((tmp_path / "cache").iterdir())  # the documented cache
+    # one graph per region (each costs a compile): the RSSM step's first carry (no gradient) and
+    # the decoders' grad-mode calls on logits without gradients used to compile graphs of their own
+    assert len(_debug_get_cache_entry_list(RSSMRolloutV3._step.__code__)) == 1
+    assert len(_debug_get_cache_entry_list(SymExpTwoHot.forward.__code__)) == 2  # with and without gradients
     for eager, regional in zip(results[False], results["regional"]):
         assert set(eager) == set(LOSSES)
         for key in LOSSES:
