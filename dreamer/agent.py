@@ -67,7 +67,7 @@ from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.actors import ContinuousActorNet, DiscreteActorNet, policy_distribution
 from dreamer.block_gru import factor_block_gru
-from dreamer.imagination import imagination_env
+from dreamer.imagination import TrajectoryCritic, imagination_env
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
 KERNEL = 5  # official; v1 used 4, but torchrl's conv blocks need an odd kernel
@@ -297,7 +297,7 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
         TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
     imagination = imagination_env(n, device, no_grad=lc.actor_grad == "reinforce", nbins=NBINS)
     actor_loss = DreamerV3ActorLoss(
-        actor, critic, imagination, continuation_model=continuation,
+        actor, TrajectoryCritic(critic, imagination), imagination, continuation_model=continuation,
         imagination_horizon=lc.imagination_horizon, use_reinforce=(lc.actor_grad == "reinforce"),
         entropy_bonus=lc.entropy_coef)
     actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)

@@ -52,7 +52,8 @@ def test_the_lean_rollout_returns_torchrls_rollout(discrete):
 @pytest.mark.parametrize("actor_grad", ["reinforce", "dynamics"])
 def test_an_update_is_the_same_with_the_lean_gradient_free_rollout(actor_grad):
     """A whole learner update (losses and every gradient) with torchrl's rollout recording a graph
-    vs ours: equal to float rounding (the same ops in the same order; no_grad under REINFORCE)."""
+    vs ours: equal to float rounding (the same ops in the same order; no_grad under REINFORCE; the
+    critic's shared pass, TrajectoryCritic)."""
     batch = replay_batch(2, 9, PROPRIO, 1, seed=3)
     results = []
     for lean in (False, True):
@@ -63,11 +64,17 @@ def test_an_update_is_the_same_with_the_lean_gradient_free_rollout(actor_grad):
         assert env.no_grad == (actor_grad == "reinforce")
         env.lean, env.no_grad = lean, env.no_grad and lean
         learner = Learner(agent, cfg)
+        critic_rows = []
+        agent.nets.value.register_forward_hook(lambda m, args, out: critic_rows.append(out.shape[:-1].numel()))
         torch.manual_seed(1)
         metrics = learner.step(batch)
         grads = [p.grad.clone() for p in agent.loss.parameters() if p.grad is not None]
-        results.append((metrics, grads, [p.detach().clone() for p in agent.loss.parameters()]))
-    (m0, g0, p0), (m1, g1, p1) = results
+        results.append((metrics, grads, [p.detach().clone() for p in agent.loss.parameters()], sum(critic_rows)))
+    (m0, g0, p0, rows0), (m1, g1, p1, rows1) = results
+    # the critic's passes: under REINFORCE the bootstrap and the baseline share one pass over the
+    # H + 1 imagined states (TrajectoryCritic), 2 H - (H + 1) = H - 1 states fewer per start
+    starts, horizon = 2 * 8, 4
+    assert rows0 - rows1 == (starts * (horizon - 1) if actor_grad == "reinforce" else 0)
     for key in ("loss_actor", "loss_value", "loss_model_dynamic", "loss_replay_value"):
         assert float(m1[key]) == pytest.approx(float(m0[key]), rel=1e-6, abs=1e-7), key
     assert len(g0) == len(g1)
