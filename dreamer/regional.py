@@ -9,7 +9,11 @@ ms/update. Compiling small regions costs seconds and is cached on disk:
   * the prior network (the imagination rollout's transition, 15 steps per update),
   * the two-hot decoders (reward and value: softmax over 255 bins and its expectation),
   * the value loss and the replay value loss (critic and slow critic over all imagined or replayed
-    states, two-hot cross-entropy).
+    states, two-hot cross-entropy). The replay value loss's lambda return over the T replayed
+    steps unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no measured
+    gain (one process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64);
+    it stays compiled because learn_cpu runs with it eager lost an env worker at the first update,
+    every time (6 of 6 runs; cause not found; with it compiled 4 of 4 ran through).
 Measured there: ~271 ms/update vs ~373 eager (README, Learner options, for cold and warm
 first-update times). Compiled heads (MLPs) measured slower than eager here and are left out; the
 model loss (it holds the 64-step rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they are (nn.Module.compile), so a
@@ -34,9 +38,10 @@ from pathlib import Path
 import torch
 from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
 
-# Learner updates from which `auto` on a CPU compiles the regions: the first update's 42 s cold
-# compile against ~40 ms saved per update (break-even ~1,050 updates), with a margin for noise.
-REGIONAL_MIN_UPDATES = 2000
+# Learner updates from which `auto` on a CPU compiles the regions: the first update's ~60-70 s cold
+# compile against ~95 ms saved per update on tiny T32 (break-even ~700 updates), with a margin
+# for noise: learn_cpu (1,813 updates) compiles, make train's learn_cartpole (688) stays eager.
+REGIONAL_MIN_UPDATES = 1000
 
 
 def compile_cache_dir() -> Path:
