@@ -8,6 +8,7 @@ new episode there, and the world model resets its state on it.
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 
 import torch
 from tensordict import TensorDictBase
@@ -22,6 +23,33 @@ from torchrl.data.replay_buffers import SliceSampler
 ENV_INDEX = "env_index"  # the key AsyncBatchedCollector's workers stamp on each transition
 
 
+class CompileSafeStorage(LazyTensorStorage):
+    """torchrl's LazyTensorStorage whose length does not depend on torch.compiler.is_compiling().
+
+    torchrl keeps a storage's length in a shared mp.Value, except while "compiling", when it
+    stores a plain int (Dynamo cannot trace an mp.Value). torch raises that flag for the whole
+    process while any thread compiles (torch/_dynamo/convert_frame.py, compile_inner), so a write
+    from the collector's writer thread while the learner compiled its regions replaced the shared
+    counter by an int: every later write kept the int, and `len()` then failed outside the compile
+    ('int' object has no attribute 'value', e.g. in the final checkpoint after a collector fault).
+    This storage is never traced, so it always uses the shared counter.
+    """
+
+    @property
+    def _len(self) -> int:
+        return self._shared_len().value
+
+    @_len.setter
+    def _len(self, value: int) -> None:
+        self._shared_len().value = value
+
+    def _shared_len(self):
+        shared = getattr(self, "_len_value", None)
+        if not hasattr(shared, "value"):
+            shared = self._len_value = mp.Value("i", 0 if shared is None else int(shared))
+        return shared
+
+
 class SequenceReplay:
     """Routed per-env replay that samples [batch_size, batch_length] sequences."""
 
@@ -31,7 +59,7 @@ class SequenceReplay:
         per_env = math.ceil(capacity / num_envs)
         members = [
             TensorDictReplayBuffer(
-                storage=LazyTensorStorage(per_env),
+                storage=CompileSafeStorage(per_env),
                 # init_key=None: the default ("is_init") marks every slice start as an episode
                 # start, which would reset the RSSM at the start of every sampled sequence.
                 sampler=SliceSampler(slice_len=batch_length, traj_key=ENV_INDEX, init_key=None,

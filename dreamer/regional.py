@@ -12,8 +12,10 @@ ms/update. Compiling small regions costs seconds and is cached on disk:
     states, two-hot cross-entropy). The replay value loss's lambda return over the T replayed
     steps unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no measured
     gain (one process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64);
-    it stays compiled because learn_cpu runs with it eager lost an env worker at the first update,
-    every time (6 of 6 runs; cause not found; with it compiled 4 of 4 ran through).
+    it stayed compiled because learn_cpu runs with it eager lost an env worker at the first
+    update (6 of 6). The cause was torchrl's storage length under a process-wide compile flag
+    (collectors/replay.py, CompileSafeStorage); with that fixed such a run went through, and
+    leaving this loss eager (~45 s cold) is the next step, to be measured.
 Measured there: ~271 ms/update vs ~373 eager (README, Learner options, for cold and warm
 first-update times). Compiled heads (MLPs) measured slower than eager here and are left out; the
 model loss (it holds the 64-step rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they are (nn.Module.compile), so a

@@ -1,8 +1,9 @@
 """SequenceReplay without a collector: routing, wrap-around, sampling."""
+import pytest
 import torch
 from tensordict import TensorDict
 
-from collectors.replay import SequenceReplay
+from collectors.replay import CompileSafeStorage, SequenceReplay
 from tests.conftest import ROOT
 from tests.helpers import assert_sequences_consistent, assert_stream_in_order
 
@@ -123,3 +124,25 @@ def test_pixels_reach_the_encoder_as_uint8_and_are_scaled_there():
     image = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)
     assert torch.allclose(encoder(image), encoder(image.float() / 255.0))
     assert not torch.allclose(encoder(image), encoder(image.float()))
+
+
+
+def test_a_write_while_another_thread_compiles_keeps_the_shared_length():
+    """torch raises torch.compiler.is_compiling() for the whole process while any thread compiles;
+    torchrl's storage then stored its length as a plain int, and len() failed afterwards (the
+    learner compiling its regions while the collector's writer thread extends the replay)."""
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    def write_during_compile(storage):
+        buffer = TensorDictReplayBuffer(storage=storage)
+        td = TensorDict({"x": torch.zeros(5, 1)}, [5])
+        buffer.extend(td)
+        with torch.compiler._compile_session_context():  # what Dynamo holds while it compiles
+            buffer.extend(td)
+        return len(buffer)
+
+    with pytest.raises(AttributeError, match="'int' object has no attribute 'value'"):
+        write_during_compile(LazyTensorStorage(100))  # torchrl's storage
+    assert write_during_compile(CompileSafeStorage(100)) == 10
+    replay = SequenceReplay(2, 100, 2, 4)
+    assert all(isinstance(replay.buffer[i]._storage, CompileSafeStorage) for i in range(2))
