@@ -122,6 +122,8 @@ class TrajectoryCritic(TensorDictModuleBase):
             self._last = (trajectory, self.critic(whole))
         for key in self.out_keys:
             tensordict.set(key, self._last[1].get(key).narrow(trajectory.dim, offset, trajectory.steps))
+        if offset == 0:  # the baseline, the actor loss's last call: hold nothing until the next update
+            self._last = self.env.trajectory = None
         return tensordict
 
 
