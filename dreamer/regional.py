@@ -8,14 +8,12 @@ ms/update. Compiling small regions costs seconds and is cached on disk:
     random numbers),
   * the prior network (the imagination rollout's transition, 15 steps per update),
   * the two-hot decoders (reward and value: softmax over 255 bins and its expectation),
-  * the value loss and the replay value loss (critic and slow critic over all imagined or replayed
-    states, two-hot cross-entropy). The replay value loss's lambda return over the T replayed
-    steps unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no measured
-    gain (one process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64);
-    it stayed compiled because learn_cpu runs with it eager lost an env worker at the first
-    update (6 of 6). The cause was torchrl's storage length under a process-wide compile flag
-    (collectors/replay.py, CompileSafeStorage); with that fixed such a run went through, and
-    leaving this loss eager (~45 s cold) is the next step, to be measured.
+  * the value loss (critic and slow critic over all imagined states, two-hot cross-entropy).
+The replay value loss (official repval) stays eager: its lambda return over the T replayed steps
+unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no measured gain (one
+process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64). Earlier
+learn_cpu runs with it eager lost an env worker at the first update; the cause was torchrl's
+storage length under torch's process-wide compile flag (collectors/replay.py, CompileSafeStorage).
 Measured there: ~271 ms/update vs ~373 eager (README, Learner options, for cold and warm
 first-update times). Compiled heads (MLPs) measured slower than eager here and are left out; the
 model loss (it holds the 64-step rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they are (nn.Module.compile), so a
@@ -73,11 +71,8 @@ def compile_regions(agent) -> list[str]:
     for module in {id(m): m for m in decoders}.values():
         module.forward = _decode(module)
     done.append(f"{len({id(m) for m in decoders})} two-hot decoders")
-    value_loss = agent.loss.value_loss  # critic on imagined states + slow critic + two-hot CE
-    value_loss.compile(dynamic=False)
-    # the replay value loss (official repval): a method DreamerV3Loss calls, compiled on the instance
-    value_loss.replay_value_loss = torch.compile(value_loss.replay_value_loss, dynamic=False)
-    done += ["value loss", "replay value loss"]
+    agent.loss.value_loss.compile(dynamic=False)  # critic on imagined states + slow critic + two-hot CE
+    done.append("value loss")
     return done
 
 
