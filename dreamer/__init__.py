@@ -1,1 +1,8 @@
 """Everything that learns: world model, actor-critic, learner, replay, the training loop."""
+import os
+from pathlib import Path
+
+# Where inductor keeps compiled regions between runs (dreamer/regional.py). Importing torch._dynamo
+# (torchrl and tensordict do) sets TORCHINDUCTOR_CACHE_DIR to torch's default under /tmp when it is
+# unset, so the app's default is set here, before this package imports torch.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "dreamer-app" / "inductor"))

@@ -14,10 +14,10 @@ unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no me
 process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64). Earlier
 learn_cpu runs with it eager lost an env worker at the first update; the cause was torchrl's
 storage length under torch's process-wide compile flag (collectors/replay.py, CompileSafeStorage).
-Measured there: ~271 ms/update vs ~373 eager (README, Learner options, for cold and warm
-first-update times). Compiled heads (MLPs) measured slower than eager here and are left out; the
-model loss (it holds the 64-step rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they are (nn.Module.compile), so a
-checkpoint loads in either mode.
+Figures (ms/update, cold and warm first update): README, CPU learner paths. Compiled heads
+(MLPs) measured slower than eager here and are left out; the model loss (it holds the 64-step
+rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they
+are (nn.Module.compile), so a checkpoint loads in either mode.
 
 One graph per region where possible: each graph variant costs its own inductor compile (C++ for
 every fused kernel, ~1 s of g++ each on this machine; ~50 kernels were most of the 68 s cold first
@@ -38,20 +38,18 @@ from pathlib import Path
 import torch
 from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
 
-# Learner updates from which `auto` on a CPU compiles the regions: the first update's ~60-70 s cold
-# compile against ~95 ms saved per update on tiny T32 (break-even ~700 updates), with a margin
+# Learner updates from which `auto` on a CPU compiles the regions: the first update's ~55 s cold
+# compile against ~100 ms saved per update on tiny T32 (break-even ~550 updates), with a margin
 # for noise: learn_cpu (1,813 updates) compiles, make train's learn_cartpole (688) stays eager.
 REGIONAL_MIN_UPDATES = 1000
 
 
 def compile_cache_dir() -> Path:
-    """Where inductor keeps compiled regions between runs (set before the first compile)."""
-    path = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not path:
-        path = str(Path.home() / ".cache" / "dreamer-app" / "inductor")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
-    Path(path).mkdir(parents=True, exist_ok=True)
-    return Path(path)
+    """Where inductor keeps compiled regions between runs: $TORCHINDUCTOR_CACHE_DIR, whose default
+    the package sets on import (dreamer/__init__.py: torch's own default lies under /tmp)."""
+    path = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def compile_regions(agent) -> list[str]:

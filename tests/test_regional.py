@@ -73,3 +73,21 @@ def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
     assert f"learner: regionally compiled fp32, ~25 updates planned (compile cache: {tmp_path / 'cache'})" in proc.stdout
     assert f"trained to 400 env steps ({1 + 100 * 16 // 64} updates)" in proc.stdout
     assert "eval at 400 env steps" in proc.stdout  # the evaluator acts with the compiled prior's nets
+
+
+def test_the_compile_cache_defaults_to_the_apps_directory(tmp_path):
+    """Without TORCHINDUCTOR_CACHE_DIR the cache is ~/.cache/dreamer-app/inductor, as documented,
+    also after torch._dynamo's import (which sets the variable to torch's /tmp default when unset)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["HOME"] = str(tmp_path)
+    code = ("from dreamer.regional import compile_cache_dir\nimport torch._dynamo, torchrl\n"
+            "print(compile_cache_dir())")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(tmp_path / ".cache" / "dreamer-app" / "inductor")
