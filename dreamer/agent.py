@@ -50,7 +50,6 @@ from torchrl.modules import (
     DreamerV3MLP,
     RSSMPosteriorV3,
     RSSMPriorV3,
-    RSSMRolloutV3,
     SymExpTwoHot,
 )
 from torchrl.objectives import (
@@ -68,6 +67,7 @@ from torchrl.trainers.algorithms import DreamerV3Optimizer
 from dreamer.actors import ContinuousActorNet, DiscreteActorNet, policy_distribution
 from dreamer.block_gru import factor_block_gru
 from dreamer.imagination import TrajectoryCritic, imagination_env
+from dreamer.rssm_rollout import RSSMRollout
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
 KERNEL = 5  # official; v1 used 4, but torchrl's conv blocks need an odd kernel
@@ -169,7 +169,7 @@ def build_nets(wm_cfg: Any, obs: ObsSpec, action_dim: int, discrete: bool = Fals
 def _world_model(n: SimpleNamespace) -> TensorDictSequential:
     """Observed-sequence model. The rollout keys are EXACTLY torchrl's fast-path keys (scan/compile)."""
     obs_in = [("next", k) for k in n.obs.keys]
-    rollout = RSSMRolloutV3(
+    rollout = RSSMRollout(  # torchrl's, minus a discarded draw per step (dreamer/rssm_rollout.py)
         TensorDictModule(n.prior, ["state", "belief", "action"],
                          [("next", "prior_logits"), ("next", "state"), ("next", "belief")]),
         TensorDictModule(n.posterior, [("next", "belief"), ("next", "encoded_latents")],

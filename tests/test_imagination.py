@@ -1,18 +1,21 @@
 """The learner's CPU speed-ups that must not change what it learns: the lean imagination rollout
-(dreamer/imagination.py), the gradient-free rollout under REINFORCE, and the factored block GRU
-(dreamer/block_gru.py). Each is compared with torchrl's own path on the same seed."""
+(dreamer/imagination.py), the gradient-free rollout under REINFORCE, the factored block GRU
+(dreamer/block_gru.py) and the observed-sequence rollout (dreamer/rssm_rollout.py). Each is
+compared with torchrl's own path on the same seed."""
 import copy
 
 import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules.models.model_based import _DreamerV3BlockGRU
+from torchrl.modules.models import model_based
+from torchrl.modules.models.model_based import RSSMRolloutV3, _DreamerV3BlockGRU
 
 from dreamer.agent import build_agent, build_nets
 from dreamer.block_gru import FactoredBlockGRU
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner
+from dreamer.rssm_rollout import RSSMRollout
 from tests.test_agent import PROPRIO, TINY, XS, replay_batch
 
 
@@ -117,3 +120,44 @@ def test_the_factored_block_gru_keeps_torchrls_dtypes_under_bf16_autocast():
         a, b = theirs(*args), ours(*args)
     assert b.dtype == a.dtype == torch.float32
     torch.testing.assert_close(b, a, rtol=0, atol=0.05)
+
+
+def test_the_rollout_without_the_discarded_prior_draw_is_torchrls(monkeypatch):
+    """dreamer/rssm_rollout.py: the same outputs, gradients and random stream as torchrl's loop,
+    with one straight-through draw per step instead of two."""
+    torch.manual_seed(0)
+    agent = build_agent(TINY, LearnerConfig(compile=False), PROPRIO, 1, "cpu")
+    rollout = next(m for m in agent.loss.modules() if isinstance(m, RSSMRolloutV3))
+    assert type(rollout) is RSSMRollout
+    g = torch.Generator().manual_seed(2)
+    B, T, S, D = 3, 7, agent.nets.sizes.S, agent.belief_dim
+    embedding = agent.nets.encoder(torch.randn(B, T, PROPRIO.vector_dim, generator=g)).detach()
+    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
+    is_init[:, 0], is_init[1, 4] = True, True
+    data = TensorDict({"state": torch.zeros(B, T, S), "belief": torch.zeros(B, T, D),
+                       "action": torch.randn(B, T, 1, generator=g), "is_init": is_init,
+                       "next": {"encoded_latents": embedding}}, [B, T])
+    draws = []
+    draw = model_based._straight_through_categorical
+    monkeypatch.setattr(model_based, "_straight_through_categorical", lambda *a: draws.append(1) or draw(*a))
+    params = [p for p in rollout.parameters()]
+    results = []
+    for cls in (RSSMRolloutV3, RSSMRollout):
+        rollout.__class__ = cls
+        draws.clear()
+        torch.manual_seed(1)
+        out = rollout(data.clone())
+        loss = sum(out.get(k).square().sum() for k in (("next", "prior_logits"), ("next", "posterior_logits"),
+                                                        ("next", "state"), ("next", "belief")))
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        results.append((out, grads, torch.rand(4), len(draws)))
+    (theirs, g0, rand0, draws0), (ours, g1, rand1, draws1) = results
+    assert (draws0, draws1) == (2 * T, T)
+    assert set(ours.keys(True, True)) == set(theirs.keys(True, True))
+    for key in theirs.keys(True, True):
+        torch.testing.assert_close(ours.get(key), theirs.get(key), rtol=0, atol=0, msg=str(key))
+    for a, b in zip(g0, g1):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=0, atol=0)
+    assert torch.equal(rand0, rand1)  # the same random numbers consumed
