@@ -4,8 +4,8 @@
 
 Each row runs in fresh processes (the official learner defaults, REINFORCE actor, B16): eager;
 regional with an empty inductor cache and no precompiled headers (cold, as on a fresh machine:
-the first update compiles); regional again with what the cold run left (warm). Per row: ms/update after the first update, and the first
-update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
+the first update compiles); regional again with what the cold run left (warm). Per row: ms/update
+after the first update, and the first update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
 """
 from __future__ import annotations
 

@@ -126,7 +126,6 @@ def test_pixels_reach_the_encoder_as_uint8_and_are_scaled_there():
     assert not torch.allclose(encoder(image), encoder(image.float()))
 
 
-
 def test_a_write_while_another_thread_compiles_keeps_the_shared_length():
     """torch raises torch.compiler.is_compiling() for the whole process while any thread compiles;
     torchrl's storage then stored its length as a plain int, and len() failed afterwards (the
