@@ -1,11 +1,14 @@
 """CPU learner paths: eager vs `learner.compile=regional` (dreamer/regional.py), cold and warm cache.
 
     python -m benchmarks.cpu_learner [--shapes tiny:proprio:32,tiny:proprio:64,s:pixels:64] [--updates 10]
+                                     [--official /tmp/official/venv/bin/python]
 
 Each row runs in fresh processes (the official learner defaults, REINFORCE actor, B16): eager;
 regional with an empty inductor cache and no precompiled headers (cold, as on a fresh machine:
 the first update compiles); regional again with what the cold run left (warm). Per row: ms/update
 after the first update, and the first update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
+With --official (the python of scripts/official_venv.sh), each tiny proprio row also runs the official
+DreamerV3 learner at the same shapes and parameter count (benchmarks/official_learner.py), in the same run.
 """
 from __future__ import annotations
 
@@ -60,8 +63,9 @@ def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
     start = time.perf_counter()
     for _ in range(updates):
         learner.step(batch)
+    trained = {id(p): p.numel() for group in agent.optimizer.param_groups for p in group["params"]}
     return {"first_s": first, "ms": 1000 * (time.perf_counter() - start) / updates,
-            "flags": learner.flags.describe(), "threads": torch.get_num_threads()}
+            "flags": learner.flags.describe(), "threads": torch.get_num_threads(), "params": sum(trained.values())}
 
 
 def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str) -> dict:
@@ -77,10 +81,22 @@ def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_official(python: str, src: str | None, length: int, updates: int, cache: str) -> dict:
+    env = {**os.environ, "TMPDIR": cache, **({"OFFICIAL_SRC": src} if src else {})}
+    proc = subprocess.run([python, str(ROOT / "benchmarks" / "official_learner.py"), "--length", str(length),
+                           "--updates", str(updates)], cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"official T{length}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="tiny:proprio:32,tiny:proprio:64,s:pixels:64")
     parser.add_argument("--updates", type=int, default=10, help="timed updates per row (pixels: a third)")
+    parser.add_argument("--official", metavar="PYTHON", help="the official DreamerV3's python "
+                        "(scripts/official_venv.sh): adds its learner to the tiny proprio rows")
+    parser.add_argument("--official-src", help="its checkout (default $OFFICIAL_SRC or /tmp/official/src)")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "OBS", "T", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -95,17 +111,30 @@ def main(argv=None) -> None:
             eager = run(size, obs, int(length), "false", updates, cache)
             cold = run(size, obs, int(length), "regional", updates, cache)
             warm = run(size, obs, int(length), "regional", updates, cache)
-        rows.append((shape, eager, cold, warm))
+            official = (run_official(args.official, args.official_src, int(length), updates, cache)
+                        if args.official and (size, obs) == ("tiny", "proprio") else None)
+        rows.append((shape, eager, cold, warm, official))
         print(f"{shape}: eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "
-              f"(first update cold {cold['first_s']:.1f} s, warm {warm['first_s']:.1f} s)", flush=True)
+              f"(first update cold {cold['first_s']:.1f} s, warm {warm['first_s']:.1f} s)"
+              + (f"; official {official['ms']:.0f} ms (first update {official['first_s']:.1f} s)" if official else ""),
+              flush=True)
     print(f"\nCPU learner, B16, official learner defaults, {rows[0][1]['threads']} threads; fresh processes per cell\n")
     print("| shape | eager ms/update | regional ms/update (cold run, warm run) | speed-up | first update eager s "
-          "| first update regional cold s | warm s |")
-    print("|---|---|---|---|---|---|---|")
-    for shape, eager, cold, warm in rows:
+          "| first update regional cold s | warm s |" + (" official ms/update | regional / official | official first update s |"
+                                                         if args.official else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if args.official else ""))
+    for shape, eager, cold, warm, official in rows:
         size, obs, length = shape.split(":")
-        print(f"| {size} T{length} {obs} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
-              f"| {eager['ms'] / warm['ms']:.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
+        line = (f"| {size} T{length} {obs} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
+                f"| {eager['ms'] / warm['ms']:.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
+        if args.official:
+            line += (f" {official['ms']:.0f} | {max(cold['ms'], warm['ms']) / official['ms']:.2f}x | {official['first_s']:.1f} |"
+                     if official else " - | - | - |")
+        print(line)
+    for shape, eager, _, _, official in rows:
+        if official:
+            print(f"\n{shape}: {eager['params']:,} trained parameters here, {official['params']:,} in the official "
+                  f"(jax {official['jax']}, {official['threads']} threads)")
 
 
 if __name__ == "__main__":

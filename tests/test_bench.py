@@ -128,13 +128,41 @@ def test_learning_benchmark_rejects_a_parallel_count_below_one():
 
 
 @pytest.mark.slow
-def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm():
+def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm(tmp_path):
+    # the official learner needs its own JAX venv (scripts/official_venv.sh); a stand-in python that
+    # answers as benchmarks/official_learner.py does checks that its row lands beside ours
+    official = tmp_path / "official-python"
+    official.write_text('#!/bin/sh\necho \'{"first_s": 21.5, "ms": 500.0, "threads": 2, "params": 7, "jax": "x"}\'\n')
+    official.chmod(0o755)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_learner", "--shapes", "tiny:proprio:4",
-                           "--updates", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "--updates", "1", "--official", str(official)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
-    assert lines[-3].startswith("| shape | eager ms/update | regional ms/update")
-    cells = [c.strip() for c in lines[-1].split("|")[1:-1]]
-    assert cells[0] == "tiny T4 proprio" and len(cells) == 7
+    assert lines[-5].startswith("| shape | eager ms/update | regional ms/update")
+    assert lines[-1].startswith("tiny:proprio:4: 124,102 trained parameters here, 7 in the official")
+    cells = [c.strip() for c in lines[-3].split("|")[1:-1]]
+    assert cells[0] == "tiny T4 proprio" and len(cells) == 10
     cold, warm = float(cells[5]), float(cells[6])
     assert cold > warm  # the warm run found the cold run's compiled regions on disk
+    regional = [float(ms) for ms in cells[2].split(",")]
+    assert cells[7] == "500" and cells[8] == f"{max(regional) / 500:.2f}x" and cells[9] == "21.5"
+
+
+def test_the_official_learner_is_built_at_the_tiny_presets_shapes():
+    """benchmarks/official_learner.py (run in the official's venv) sets the official config keys
+    from our tiny preset's dimensions; a change to conf/world_model/tiny.yaml must show here."""
+    from omegaconf import OmegaConf
+
+    from benchmarks.official_learner import tiny_overrides
+    tiny = OmegaConf.load(ROOT / "conf" / "world_model" / "tiny.yaml")
+    keys = tiny_overrides(batch=16, length=64, seed=0, logdir="/tmp/x")
+    rssm = {key.split(".")[-1]: value for key, value in keys.items() if key.startswith("agent.dyn.rssm.")}
+    assert rssm == {"deter": tiny.deter, "hidden": tiny.hidden, "stoch": tiny.stoch, "classes": tiny.classes,
+                    "blocks": tiny.blocks}
+    for part in ("enc.simple", "dec.simple", "rewhead", "conhead", "policy", "value"):
+        assert keys[f"agent.{part}.units"] == tiny.mlp_units
+    layers = {tiny.mlp_layers, tiny.head_layers, tiny.policy_layers}
+    assert layers == {1} and all(keys[f"agent.{part}.layers"] == 1 for part in ("enc.simple", "dec.simple",
+                                                                                  "rewhead", "conhead", "policy", "value"))
+    assert keys["jax.compute_dtype"] == "float32" and keys["replay_context"] == 1
