@@ -38,6 +38,8 @@ from pathlib import Path
 import torch
 from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
 
+from dreamer.rssm_rollout import RSSMRollout
+
 # Learner updates from which `auto` on a CPU compiles the regions: the first update's ~55 s cold
 # compile against ~100 ms saved per update on tiny T32 (break-even ~550 updates), with a margin
 # for noise: learn_cpu (1,813 updates) compiles, make train's learn_cartpole (688) stays eager.
@@ -57,7 +59,11 @@ def compile_regions(agent) -> list[str]:
     compile_cache_dir()
     done = []
     for module in agent.loss.modules():
-        if isinstance(module, RSSMRolloutV3) and module._fast_path and module._step_fn is None:
+        if isinstance(module, RSSMRollout) and module._fast_path and module._fused_fn is None:
+            module.compile_fused_step()  # the step with the posterior's straight-through draw
+            module._fused_fn = _carry_with_grad(module._fused_fn)
+            done.append("rssm step")
+        elif isinstance(module, RSSMRolloutV3) and module._fast_path and module._step_fn is None:
             module.compile_rollout("step")
             module._step_fn = _carry_with_grad(module._step_fn)
             done.append("rssm step")

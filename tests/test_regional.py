@@ -10,6 +10,7 @@ from dreamer.agent import build_agent
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner, resolve_flags
 from dreamer.regional import REGIONAL_MIN_UPDATES
+from dreamer.rssm_rollout import RSSMRollout
 from tests.test_agent import PROPRIO, TINY, replay_batch
 
 LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic", "loss_model_representation",
@@ -49,7 +50,9 @@ def test_regional_gives_the_eager_losses(tmp_path, monkeypatch, actor_grad):
     assert (tmp_path / "cache").is_dir() and any((tmp_path / "cache").iterdir())  # the documented cache
     # one graph per region (each costs a compile): the RSSM step's first carry (no gradient) and
     # the decoders' grad-mode calls on logits without gradients used to compile graphs of their own
-    assert len(_debug_get_cache_entry_list(RSSMRolloutV3._step.__code__)) == 1
+    # (the step is compiled with the posterior's draw: RSSMRollout._step_and_draw, torchrl's _step inlined)
+    assert len(_debug_get_cache_entry_list(RSSMRollout._step_and_draw.__code__)) == 1
+    assert len(_debug_get_cache_entry_list(RSSMRolloutV3._step.__code__)) == 0
     decoder_graphs = len(_debug_get_cache_entry_list(SymExpTwoHot.forward.__code__))
     assert decoder_graphs == 2  # with and without gradients (the eager replay value loss's targets)
     # the replay value loss stays eager (~16 s of cold compile for no measured gain); torchrl wraps it
