@@ -3,9 +3,9 @@
 Compiling the whole DreamerV3 step on a 2-core CPU takes minutes (measured, tiny T64 proprio:
 216 s cold, 140 s with a warm cache: Dynamo re-traces the unrolled step each run) for 376 -> 237
 ms/update. Compiling small regions costs seconds and is cached on disk:
-  * torchrl's RSSM step inside the observed-sequence rollout (`RSSMRolloutV3.compile_rollout
-    ("step")`: the two categorical draws stay outside it, so eager and compiled consume the same
-    random numbers),
+  * the RSSM step inside the observed-sequence rollout, with the posterior's straight-through draw
+    (`RSSMRollout.compile_fused_step`: its uniforms are drawn outside, so eager and compiled
+    consume the same random numbers),
   * the prior network (the imagination rollout's transition, 15 steps per update),
   * the two-hot decoders (reward and value: softmax over 255 bins and its expectation),
   * the value loss (critic and slow critic over all imagined states, two-hot cross-entropy).
