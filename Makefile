@@ -43,11 +43,13 @@ test-compile: install   # torch.compile on CPU: ~10 minutes, not part of make te
 bench-collector: install
 	$(PY) -m collectors.bench $(ARGS)
 
-bench-learner: install   # CPU paths (eager vs regional, cold/warm cache), then replay sampling and the learner
-	$(PY) -m benchmarks.cpu_learner
+# scripts/official_venv.sh makes $(OFFICIAL); with it, bench-learner times the official learner too
+OFFICIAL ?= /tmp/official
+bench-learner: install   # CPU paths (eager vs regional, cold/warm cache; the official's), then replay sampling and the learner
+	$(PY) -m benchmarks.cpu_learner $$([ -x $(OFFICIAL)/venv/bin/python ] && echo --official $(OFFICIAL)/venv/bin/python)
 	$(PY) -m benchmarks.learner $(ARGS)
 
-bench-learning: install   # 3 seeds side by side: 27 min on 2 cores (measured)
+bench-learning: install   # 3 seeds side by side: 17-23 min on 2 cores (measured)
 	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
