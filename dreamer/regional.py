@@ -36,7 +36,7 @@ import os
 from pathlib import Path
 
 import torch
-from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
+from torchrl.modules.models.model_based import SymExpTwoHot
 
 from dreamer.rssm_rollout import RSSMRollout
 
@@ -62,10 +62,6 @@ def compile_regions(agent) -> list[str]:
         if isinstance(module, RSSMRollout) and module._fast_path and module._fused_fn is None:
             module.compile_fused_step()  # the step with the posterior's straight-through draw
             module._fused_fn = _carry_with_grad(module._fused_fn)
-            done.append("rssm step")
-        elif isinstance(module, RSSMRolloutV3) and module._fast_path and module._step_fn is None:
-            module.compile_rollout("step")
-            module._step_fn = _carry_with_grad(module._step_fn)
             done.append("rssm step")
     agent.nets.prior.compile(dynamic=False)
     done.append("prior")
