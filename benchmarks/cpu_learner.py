@@ -99,6 +99,8 @@ def main(argv=None) -> None:
     parser.add_argument("--official-src", help="its checkout (default $OFFICIAL_SRC or /tmp/official/src)")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "OBS", "T", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.official and not os.access(args.official, os.X_OK):
+        parser.error(f"--official {args.official}: no python there (scripts/official_venv.sh makes one)")
     if args.one:
         size, obs, length, mode = args.one
         print(json.dumps(one(size, obs, int(length), mode, args.updates)))

@@ -73,6 +73,8 @@ def main(argv=None) -> None:
     parser.add_argument("--src", default=os.environ.get("OFFICIAL_SRC", "/tmp/official/src"),
                         help="a checkout of danijar/dreamerv3 ($OFFICIAL_SRC)")
     args = parser.parse_args(argv)
+    if not (Path(args.src) / "dreamerv3" / "configs.yaml").is_file():
+        parser.error(f"--src {args.src}: no danijar/dreamerv3 checkout there (scripts/official_venv.sh makes one)")
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.threads])
     sys.path.insert(0, args.src)
     import elements

@@ -166,3 +166,13 @@ def test_the_official_learner_is_built_at_the_tiny_presets_shapes():
     assert layers == {1} and all(keys[f"agent.{part}.layers"] == 1 for part in ("enc.simple", "dec.simple",
                                                                                   "rewhead", "conhead", "policy", "value"))
     assert keys["jax.compute_dtype"] == "float32" and keys["replay_context"] == 1
+
+
+def test_the_official_learner_benchmarks_name_a_missing_official_setup(tmp_path):
+    """Without scripts/official_venv.sh's venv or checkout, both say what is missing and where."""
+    missing = tmp_path / "nothing"
+    for command, flag in (([sys.executable, "-m", "benchmarks.cpu_learner", "--official", str(missing)], "--official"),
+                          ([sys.executable, "benchmarks/official_learner.py", "--src", str(missing)], "--src")):
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"{flag} {missing}: no " in proc.stderr and "scripts/official_venv.sh" in proc.stderr
