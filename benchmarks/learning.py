@@ -6,10 +6,14 @@
 Runs `python train.py experiment=<preset> seed=<s>` once per seed, one after another or --parallel N
 at a time (each then gets cores/N intra-op threads: a small eager learner uses a second core
 poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each
-run's scores.json (eval returns against env frames) and prints a table: task, budget, each seed's final eval return, the median, the uniform-random
-policy's mean return in the same env (measured here, any suite), and the published
-official DreamerV3 median at the same env frames (benchmarks/reference/<suite>_<task>.json, read
-from the official score files) where one is checked in. Curves go to <out>/curves.json and curves.png.
+run's scores.json (eval and training-episode returns against env frames) and prints a table: task,
+budget, each seed's final eval return, the median, the uniform-random policy's mean return in the
+same env (measured here, any suite), and the published official DreamerV3 median at the same env
+frames (benchmarks/reference/<suite>_<task>.json, read from the official score files) where one is
+checked in. The official score files hold training-episode returns binned by the official plot.py
+(the mean of the episodes in each 10,000-frame bin, plotted at the bin's end), not evals; a second
+row measures our runs that way: each seed's mean training-episode return over the last bin before
+the budget. Curves go to <out>/curves.json and curves.png.
 """
 from __future__ import annotations
 
@@ -41,6 +45,22 @@ def reference_at(suite: str, task: str, frames: int) -> dict | None:
     values = [float(np.interp(frames, r["xs"], r["ys"])) for r in ref["records"]]
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "seeds": len(values), "source": ref["source"]}
+
+
+def reference_bin(suite: str, task: str) -> int | None:
+    """The width in env frames of the reference curve's bins (the spacing of its points)."""
+    path = REFERENCE_DIR / f"{suite}_{task}.json"
+    if not path.exists():
+        return None
+    xs = json.loads(path.read_text())["records"][0]["xs"]
+    return int(xs[1] - xs[0])
+
+
+def bin_mean(xs: list, ys: list, end: int, width: int) -> float | None:
+    """Mean return of the training episodes that ended in (end - width, end] env frames (the official
+    plot.py's bin that is plotted at `end`); None without any."""
+    inside = [y for x, y in zip(xs, ys) if end - width < x <= end]
+    return statistics.mean(inside) if inside else None
 
 
 def preset_env(preset: str, overrides: list[str]):
@@ -128,10 +148,12 @@ def train_seeds(preset: str, seeds: list[int], out: Path, overrides: list[str], 
                              f"{(run_dir / 'stderr.log').read_text()[-3000:]}")
                 records = json.loads((run_dir / "scores.json").read_text())
                 curve = next(r for r in records if r["split"] == "eval")
+                train = next((r for r in records if r["split"] == "train"), {"xs": [], "ys": []})
                 seconds = time.monotonic() - start
                 print(f"  seed {seed}: final eval return {curve['ys'][-1]:.1f} at {curve['xs'][-1]:,} frames "
                       f"(best {max(curve['ys']):.1f}; {seconds:.0f} s)", flush=True)
-                curves[seed] = {"xs": curve["xs"], "ys": curve["ys"], "seconds": seconds}
+                curves[seed] = {"xs": curve["xs"], "ys": curve["ys"], "seconds": seconds,
+                                "train": {"xs": train["xs"], "ys": train["ys"]}}
             time.sleep(1)
     finally:
         for proc, _ in running.values():  # Ctrl-C: each run writes its checkpoint and stops its workers
@@ -181,28 +203,36 @@ def main(argv: list[str] | None = None) -> None:
     curves = train_seeds(args.preset, seeds, out, args.overrides, args.parallel)
     finals = [c["ys"][-1] for c in curves.values()]
     frames = min(c["xs"][-1] for c in curves.values())
-    ref = reference_at(suite, name.split("_", 1)[1], frames)
+    task = name.split("_", 1)[1]
+    ref, width = reference_at(suite, task, frames), reference_bin(suite, task)
+    binned = [bin_mean(c["train"]["xs"], c["train"]["ys"], frames, width) for c in curves.values()] if width else []
     (out / "curves.json").write_text(json.dumps({"task": name, "preset": args.preset, "random_mean": rand_mean,
                                                  "random_std": rand_std, "reference": ref, "curves": curves},
                                                 indent=2))
     plot(curves, rand_mean, f"{args.preset}: {name}", out / "curves.png")
     print(f"\ncurves: {out / 'curves.json'}, {out / 'curves.png'}\n")
-    print(format_table(name, frames, finals, rand_mean, ref))
+    print(format_table(name, frames, finals, rand_mean, ref, binned, width))
 
 
-def format_table(name: str, frames: int, finals: list[float], rand_mean: float, ref: dict | None) -> str:
-    median = statistics.median(finals)
-    ratio = f"{median / rand_mean:.2f}x" if rand_mean else "-"
+def format_table(name: str, frames: int, finals: list[float], rand_mean: float, ref: dict | None,
+                 binned: list[float | None] = (), width: int | None = None) -> str:
     official = (f"{ref['median']:.1f} ({ref['min']:.0f}-{ref['max']:.0f}, {ref['seeds']} seeds)" if ref
                 else "no reference file")
-    versus = f"{median / ref['median']:.2f}x" if ref else "-"
-    rows = ["| task | env frames | seed returns | median | random policy | median / random "
+    rows = ["| task | env frames | our measure | seed returns | median | random policy | median / random "
             "| official DreamerV3 median (min-max) | median / official |",
-            "|---|---|---|---|---|---|---|---|",
-            f"| {name} | {frames:,} | {', '.join(f'{f:.0f}' for f in finals)} | {median:.1f} | {rand_mean:.1f} "
-            f"| {ratio} | {official} | {versus} |"]
+            "|---|---|---|---|---|---|---|---|---|"]
+    measures = [("final eval", finals)]
+    if binned and None not in binned:
+        measures.append((f"training episodes in ({frames - width:,}, {frames:,}] (the score files' measure)", binned))
+    for measure, returns in measures:
+        median = statistics.median(returns)
+        ratio = f"{median / rand_mean:.2f}x" if rand_mean else "-"
+        versus = f"{median / ref['median']:.2f}x" if ref else "-"
+        rows.append(f"| {name} | {frames:,} | {measure} | {', '.join(f'{r:.0f}' for r in returns)} | {median:.1f} "
+                    f"| {rand_mean:.1f} | {ratio} | {official} | {versus} |")
     if ref:
-        rows.append(f"\nofficial: {ref['source']}, each seed interpolated at {frames:,} env frames")
+        rows.append(f"\nofficial: {ref['source']} (training episodes, binned), each seed interpolated at "
+                    f"{frames:,} env frames")
     return "\n".join(rows)
 
 

@@ -16,8 +16,14 @@ learn_cpu runs with it eager lost an env worker at the first update; the cause w
 storage length under torch's process-wide compile flag (collectors/replay.py, CompileSafeStorage).
 Figures (ms/update, cold and warm first update): README, CPU learner paths. Compiled heads
 (MLPs) measured slower than eager here and are left out; the model loss (it holds the 64-step
-rollout) compiles in minutes and is left out too. The parameters and state-dict keys stay as they
-are (nn.Module.compile), so a checkpoint loads in either mode.
+rollout) compiles in minutes and is left out too. Larger regions were measured and left out for
+their compile time: k RSSM steps per compiled call (tiny T64, one process, medians) k=4 171 -> 157
+ms/update, k=8 195 -> 163 (another round), but inductor builds C++ kernels per step of the unrolled
+graph (46 -> 83 g++ compiles at k=4: the cold first update about doubles, past 60 s); torchrl's
+`compile_rollout("scan")` ran no faster than the step (171-186 vs 172-187); the imagination step
+(actor, prior and reward head in one graph, no_grad) 2.2 -> 1.7 ms per step, ~7 ms of an update.
+The parameters and state-dict keys stay as they are (nn.Module.compile), so a checkpoint loads in
+either mode.
 
 One graph per region where possible: each graph variant costs its own inductor compile (C++ for
 every fused kernel, ~1 s of g++ each on this machine; ~50 kernels were most of the 68 s cold first

@@ -80,7 +80,24 @@ def test_learning_benchmark_compares_with_the_official_median_at_the_same_frames
     assert round(reference_at("dmc_proprio", "cartpole_swingup", 100_000)["median"]) == 512
     assert reference_at("dmc_vision", "cartpole_swingup", 30_000) is None  # not checked in
     table = format_table("dmc_cartpole_swingup", 30_000, [300.0, 250.0, 280.0], 55.3, at_30k)
-    assert "| 280.0 |" in table and "261.3 (197-293, 5 seeds)" in table and "| 1.07x |" in table
+    assert "| final eval | 300, 250, 280 | 280.0 |" in table and "261.3 (197-293, 5 seeds)" in table
+    assert "| 1.07x |" in table and "training episodes in" not in table
+
+
+def test_learning_benchmark_measures_training_episodes_as_the_official_score_files_do():
+    """The official score files are training-episode returns averaged over 10,000-frame bins, each
+    plotted at its end (official plot.py): our runs get a row measured the same way."""
+    from benchmarks.learning import bin_mean, format_table, reference_at, reference_bin
+
+    width = reference_bin("dmc_proprio", "cartpole_swingup")
+    assert width == 10_000 and reference_bin("dmc_vision", "cartpole_swingup") is None
+    xs, ys = [9_000, 20_000, 21_000, 25_000, 30_000, 31_000], [500.0, 400.0, 100.0, 200.0, 300.0, 900.0]
+    assert bin_mean(xs, ys, 30_000, width) == 200.0  # 21k, 25k, 30k: not 20k (the bin before), not 31k
+    assert bin_mean(xs, ys, 50_000, width) is None
+    table = format_table("dmc_cartpole_swingup", 30_000, [300.0, 250.0, 280.0], 55.3,
+                         reference_at("dmc_proprio", "cartpole_swingup", 30_000), [200.0, 290.0, 230.0], width)
+    row = next(line for line in table.splitlines() if "training episodes in (20,000, 30,000]" in line)
+    assert "| 200, 290, 230 | 230.0 |" in row and "| 0.88x |" in row
 
 
 def fake_seed_runs(monkeypatch, fail_seed=None):
@@ -95,7 +112,8 @@ def fake_seed_runs(monkeypatch, fail_seed=None):
                   "time.sleep(1.5); n = len(list(live.iterdir())); me.unlink(); "
                   f"(d / 'seen.json').write_text(json.dumps({{'threads': {threads!r}, 'overlap': n}})); "
                   f"(d / 'scores.json').write_text(json.dumps([{{'split': 'eval', 'xs': [0, 100], "
-                  f"'ys': [1.0, {10.0 * seed}]}}])); sys.exit({1 if seed == fail_seed else 0})")
+                  f"'ys': [1.0, {10.0 * seed}]}}, {{'split': 'train', 'xs': [50, 100], 'ys': [2.0, {seed}]}}])); "
+                  f"sys.exit({1 if seed == fail_seed else 0})")
         return subprocess.Popen([sys.executable, "-c", script], stderr=open(run_dir / "stderr.log", "w"))
 
     monkeypatch.setattr(learning, "start_seed", start_seed)
@@ -109,6 +127,7 @@ def test_learning_benchmark_runs_seeds_one_or_several_at_a_time(monkeypatch, tmp
     learning = fake_seed_runs(monkeypatch)
     curves = learning.train_seeds("learn_cpu", [0, 1, 2], tmp_path, [], parallel)
     assert list(curves) == [0, 1, 2] and [c["ys"][-1] for c in curves.values()] == [0.0, 10.0, 20.0]
+    assert [c["train"]["ys"] for c in curves.values()] == [[2.0, 0], [2.0, 1], [2.0, 2]]
     seen = [json.loads((tmp_path / f"seed{s}" / "seen.json").read_text()) for s in (0, 1, 2)]
     assert max(s["overlap"] for s in seen) == parallel
     expected_threads = None if parallel == 1 else max(1, (__import__("os").cpu_count() or 1) // parallel)
