@@ -1,14 +1,15 @@
 """CPU learner paths: eager vs `learner.compile=regional` (dreamer/regional.py), cold and warm cache.
 
-    python -m benchmarks.cpu_learner [--shapes tiny:proprio:32,tiny:proprio:64,s:pixels:64] [--updates 10]
+    python -m benchmarks.cpu_learner [--shapes tiny:proprio:32,tiny:proprio:64,s:proprio:64,s:pixels:64] [--updates 10]
                                      [--official /tmp/official/venv/bin/python]
 
 Each row runs in fresh processes (the official learner defaults, REINFORCE actor, B16): eager;
 regional with an empty inductor cache and no precompiled headers (cold, as on a fresh machine:
 the first update compiles); regional again with what the cold run left (warm). Per row: ms/update
 after the first update, and the first update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
-With --official (the python of scripts/official_venv.sh), each tiny proprio row also runs the official
-DreamerV3 learner at the same shapes and parameter count (benchmarks/official_learner.py), in the same run.
+With --official (the python of scripts/official_venv.sh), each proprio row also runs the official
+DreamerV3 learner at the same shapes and parameter count (benchmarks/official_learner.py, given the
+preset's dimensions), in the same run.
 """
 from __future__ import annotations
 
@@ -81,10 +82,23 @@ def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_official(python: str, src: str | None, length: int, updates: int, cache: str) -> dict:
+OFFICIAL_DIMS = ("deter", "hidden", "stoch", "classes", "blocks", "mlp_units", "mlp_layers", "head_layers",
+                 "policy_layers")
+
+
+def preset_dims(size: str) -> dict:
+    """The dimensions of conf/world_model/<size>.yaml that benchmarks/official_learner.py maps to its keys."""
+    import yaml
+
+    preset = yaml.safe_load((ROOT / "conf" / "world_model" / f"{size}.yaml").read_text())
+    return {key: preset[key] for key in OFFICIAL_DIMS}
+
+
+def run_official(python: str, src: str | None, size: str, length: int, updates: int, cache: str) -> dict:
     env = {**os.environ, "TMPDIR": cache, **({"OFFICIAL_SRC": src} if src else {})}
     proc = subprocess.run([python, str(ROOT / "benchmarks" / "official_learner.py"), "--length", str(length),
-                           "--updates", str(updates)], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "--updates", str(updates), "--dims", json.dumps(preset_dims(size))],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"official T{length}: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -92,10 +106,10 @@ def run_official(python: str, src: str | None, length: int, updates: int, cache:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default="tiny:proprio:32,tiny:proprio:64,s:pixels:64")
-    parser.add_argument("--updates", type=int, default=10, help="timed updates per row (pixels: a third)")
+    parser.add_argument("--shapes", default="tiny:proprio:32,tiny:proprio:64,s:proprio:64,s:pixels:64")
+    parser.add_argument("--updates", type=int, default=10, help="timed updates per tiny row (larger sizes: a third)")
     parser.add_argument("--official", metavar="PYTHON", help="the official DreamerV3's python "
-                        "(scripts/official_venv.sh): adds its learner to the tiny proprio rows")
+                        "(scripts/official_venv.sh): adds its learner to the proprio rows")
     parser.add_argument("--official-src", help="its checkout (default $OFFICIAL_SRC or /tmp/official/src)")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "OBS", "T", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -108,13 +122,13 @@ def main(argv=None) -> None:
     rows = []
     for shape in args.shapes.split(","):
         size, obs, length = shape.split(":")
-        updates = max(1, args.updates // 3) if obs == "pixels" else args.updates
+        updates = args.updates if size == "tiny" else max(1, args.updates // 3)  # larger sizes: seconds each
         with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
             eager = run(size, obs, int(length), "false", updates, cache)
             cold = run(size, obs, int(length), "regional", updates, cache)
             warm = run(size, obs, int(length), "regional", updates, cache)
-            official = (run_official(args.official, args.official_src, int(length), updates, cache)
-                        if args.official and (size, obs) == ("tiny", "proprio") else None)
+            official = (run_official(args.official, args.official_src, size, int(length), updates, cache)
+                        if args.official and obs == "proprio" else None)
         rows.append((shape, eager, cold, warm, official))
         print(f"{shape}: eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "
               f"(first update cold {cold['first_s']:.1f} s, warm {warm['first_s']:.1f} s)"

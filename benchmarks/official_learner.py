@@ -2,16 +2,19 @@
 
 Runs under the official code's own environment, not ours (scripts/official_venv.sh makes it):
 
-    OFFICIAL_SRC=/tmp/official/src /tmp/official/venv/bin/python benchmarks/official_learner.py --length 64
+    OFFICIAL_SRC=/tmp/official/src /tmp/official/venv/bin/python benchmarks/official_learner.py --length 64 \
+        [--dims '{"deter": 512, ...}']
 
-`python -m benchmarks.cpu_learner --official PYTHON` runs it beside our learner, shape by shape.
-The official agent is built as its main.py builds one, from its configs.yaml defaults with the
-shape of our `tiny` preset (deter 64, hidden 64, 8 latents x 8 classes, 8 GRU blocks, 1-layer
-64-unit MLPs; its RSSM keeps imglayers 2, as ours: the same 48,384 dynamics parameters), float32,
-jit, replay context 1, B16, a 5-dim vector observation and one action in [-1, 1]. Its first
-update includes the XLA compile (precompile off); the profiler and the policy-parameter copy
-are off. Threads: CPU affinity set before JAX is imported (XLA sizes its pool from it; the
-official setup rewrites XLA_FLAGS). Prints one JSON line; the official code's output goes to stderr.
+`python -m benchmarks.cpu_learner --official PYTHON` runs it beside our learner, shape by shape, with
+the dimensions of our preset for the row (--dims: deter, hidden, stoch, classes, blocks, mlp_units,
+mlp_layers, head_layers, policy_layers; default our `tiny`: deter 64, hidden 64, 8 latents x 8
+classes, 8 GRU blocks, 1-layer 64-unit MLPs). The official agent is built as its main.py builds
+one, from its configs.yaml defaults with those shapes (its RSSM keeps imglayers 2, as ours: tiny
+has the same 48,384 dynamics parameters), float32, jit, replay context 1, B16, a 5-dim vector
+observation and one action in [-1, 1]. Its first update includes the XLA compile (precompile
+off); the profiler and the policy-parameter copy are off. Threads: CPU affinity set before JAX
+is imported (XLA sizes its pool from it; the official setup rewrites XLA_FLAGS). Prints one JSON
+line with its trained-parameter count; the official code's output goes to stderr.
 """
 from __future__ import annotations
 
@@ -24,14 +27,21 @@ import time
 from pathlib import Path
 
 
-def tiny_overrides(batch: int, length: int, seed: int, logdir: str) -> dict:
-    """The official config keys that give our `tiny` preset's shapes."""
-    mlp = {f"agent.{part}.{key}": value for part in ("enc.simple", "dec.simple", "rewhead", "conhead", "policy", "value")
-           for key, value in (("units", 64), ("layers", 1))}
+TINY = {"deter": 64, "hidden": 64, "stoch": 8, "classes": 8, "blocks": 8, "mlp_units": 64, "mlp_layers": 1,
+        "head_layers": 1, "policy_layers": 1}  # conf/world_model/tiny.yaml (a test ties them)
+
+
+def shape_overrides(dims: dict, batch: int, length: int, seed: int, logdir: str) -> dict:
+    """The official config keys that give one of our presets' shapes (`dims`: its YAML's keys)."""
+    layers = {"enc.simple": "mlp_layers", "dec.simple": "mlp_layers", "rewhead": "head_layers",
+              "conhead": "head_layers", "policy": "policy_layers", "value": "policy_layers"}
+    mlp = {}
+    for part, key in layers.items():
+        mlp[f"agent.{part}.units"], mlp[f"agent.{part}.layers"] = dims["mlp_units"], dims[key]
+    rssm = {f"agent.dyn.rssm.{key}": dims[key] for key in ("deter", "hidden", "stoch", "classes", "blocks")}
     return {"batch_size": batch, "batch_length": length, "report_length": length, "replay_context": 1,
             "seed": seed, "logdir": logdir, "jax.platform": "cpu", "jax.compute_dtype": "float32",
-            "jax.prealloc": False, "jax.jit": True, "agent.dyn.rssm.deter": 64, "agent.dyn.rssm.hidden": 64,
-            "agent.dyn.rssm.stoch": 8, "agent.dyn.rssm.classes": 8, "agent.dyn.rssm.blocks": 8, **mlp}
+            "jax.prealloc": False, "jax.jit": True, **rssm, **mlp}
 
 
 def fixed_batch(spaces: dict, batch: int, steps: int, seed: int):
@@ -70,6 +80,7 @@ def main(argv=None) -> None:
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dims", type=json.loads, default=TINY, help="our preset's dimensions, JSON")
     parser.add_argument("--src", default=os.environ.get("OFFICIAL_SRC", "/tmp/official/src"),
                         help="a checkout of danijar/dreamerv3 ($OFFICIAL_SRC)")
     args = parser.parse_args(argv)
@@ -83,7 +94,8 @@ def main(argv=None) -> None:
 
     configs = yaml.YAML(typ="safe").load((Path(args.src) / "dreamerv3" / "configs.yaml").read_text())
     logdir = os.environ.get("TMPDIR", "/tmp") + "/official_learner"
-    config = elements.Config(configs["defaults"]).update(tiny_overrides(args.batch, args.length, args.seed, logdir))
+    config = elements.Config(configs["defaults"]).update(
+        shape_overrides(args.dims, args.batch, args.length, args.seed, logdir))
     jax_options = dict(config.jax, precompile=False, profiler=False, enable_policy=False)
     agent_config = elements.Config(
         **config.agent, logdir=config.logdir, seed=config.seed, jax=jax_options, batch_size=config.batch_size,

@@ -168,22 +168,25 @@ def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm(tmp_path):
     assert cells[7] == "500" and cells[8] == f"{max(regional) / 500:.2f}x" and cells[9] == "21.5"
 
 
-def test_the_official_learner_is_built_at_the_tiny_presets_shapes():
-    """benchmarks/official_learner.py (run in the official's venv) sets the official config keys
-    from our tiny preset's dimensions; a change to conf/world_model/tiny.yaml must show here."""
+@pytest.mark.parametrize("size", ["tiny", "s"])
+def test_the_official_learner_is_built_at_our_presets_shapes(size):
+    """benchmarks/official_learner.py (run in the official's venv) sets the official config keys from
+    the dimensions cpu_learner reads from our preset; its default is tiny.yaml's."""
     from omegaconf import OmegaConf
 
-    from benchmarks.official_learner import tiny_overrides
-    tiny = OmegaConf.load(ROOT / "conf" / "world_model" / "tiny.yaml")
-    keys = tiny_overrides(batch=16, length=64, seed=0, logdir="/tmp/x")
+    from benchmarks.cpu_learner import preset_dims
+    from benchmarks.official_learner import TINY, shape_overrides
+    preset = OmegaConf.load(ROOT / "conf" / "world_model" / f"{size}.yaml")
+    if size == "tiny":
+        assert preset_dims("tiny") == TINY
+    keys = shape_overrides(preset_dims(size), batch=16, length=64, seed=0, logdir="/tmp/x")
     rssm = {key.split(".")[-1]: value for key, value in keys.items() if key.startswith("agent.dyn.rssm.")}
-    assert rssm == {"deter": tiny.deter, "hidden": tiny.hidden, "stoch": tiny.stoch, "classes": tiny.classes,
-                    "blocks": tiny.blocks}
-    for part in ("enc.simple", "dec.simple", "rewhead", "conhead", "policy", "value"):
-        assert keys[f"agent.{part}.units"] == tiny.mlp_units
-    layers = {tiny.mlp_layers, tiny.head_layers, tiny.policy_layers}
-    assert layers == {1} and all(keys[f"agent.{part}.layers"] == 1 for part in ("enc.simple", "dec.simple",
-                                                                                  "rewhead", "conhead", "policy", "value"))
+    assert rssm == {"deter": preset.deter, "hidden": preset.hidden, "stoch": preset.stoch,
+                    "classes": preset.classes, "blocks": preset.blocks}
+    layers = {"enc.simple": preset.mlp_layers, "dec.simple": preset.mlp_layers, "rewhead": preset.head_layers,
+              "conhead": preset.head_layers, "policy": preset.policy_layers, "value": preset.policy_layers}
+    for part, depth in layers.items():
+        assert keys[f"agent.{part}.units"] == preset.mlp_units and keys[f"agent.{part}.layers"] == depth
     assert keys["jax.compute_dtype"] == "float32" and keys["replay_context"] == 1
 
 
