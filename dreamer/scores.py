@@ -27,13 +27,16 @@ def run_records(run_dir: str | Path, task: str, seed: int, action_repeat: int) -
     evals = [r for r in read_metrics(metrics) if r.get("eval/return") is not None] if metrics.exists() else []
     episodes_path = run_dir / "episodes.jsonl"
     episodes = read_metrics(episodes_path) if episodes_path.exists() else []
-    for split, rows, key in (("eval", evals, "eval/return"), ("train", episodes, "return")):
-        points = {}  # one point per step (the last wins), in step order
-        for row in rows:
-            points[row["step"] * action_repeat] = row[key]
-        xs = sorted(points)
-        records.append({"task": task, "method": METHOD, "seed": str(seed), "split": split,
-                        "xs": xs, "ys": [points[x] for x in xs]})
+    points = {}  # evals: one point per step (the last wins), in step order
+    for row in evals:
+        points[row["step"] * action_repeat] = row["eval/return"]
+    records.append({"task": task, "method": METHOD, "seed": str(seed), "split": "eval",
+                    "xs": sorted(points), "ys": [points[x] for x in sorted(points)]})
+    # training episodes: every one, in step order; envs that end episodes together share a step
+    # (the official scores.jsonl has a line per episode too, and its plot.py averages them per bin)
+    episodes = sorted(episodes, key=lambda row: row["step"])
+    records.append({"task": task, "method": METHOD, "seed": str(seed), "split": "train",
+                    "xs": [row["step"] * action_repeat for row in episodes], "ys": [row["return"] for row in episodes]})
     return records
 
 

@@ -20,15 +20,16 @@ def make_run(run_dir, evals, episodes):
 
 
 def test_scores_file_has_official_fields_and_increasing_frames(tmp_path):
-    make_run(tmp_path, evals=[(500, 10.0), (1000, 30.0), (1000, 31.0)], episodes=[(250, 5.0), (750, 8.0)])
+    make_run(tmp_path, evals=[(500, 10.0), (1000, 30.0), (1000, 31.0)],
+             episodes=[(250, 5.0), (750, 8.0), (750, 9.0)])  # two envs ended an episode at step 750
     path = write_scores(tmp_path, "dmc_cartpole_swingup", seed=3, action_repeat=2)
     records = load_records(path)
     assert [r["split"] for r in records] == ["eval", "train"]
     for r in records:
         assert {"task", "method", "seed", "xs", "ys"} <= set(r) and r["seed"] == "3"
-        assert all(b > a for a, b in zip(r["xs"], r["xs"][1:]))
+        assert all(b >= a for a, b in zip(r["xs"], r["xs"][1:]))
     assert records[0]["xs"] == [1000, 2000] and records[0]["ys"] == [10.0, 31.0]  # frames = steps x repeat
-    assert records[1]["xs"] == [500, 1500]
+    assert records[1]["xs"] == [500, 1500, 1500] and records[1]["ys"] == [5.0, 8.0, 9.0]  # every episode
 
 
 def test_value_at_steps_for_our_evals_and_interpolates_references():
