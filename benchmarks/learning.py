@@ -58,7 +58,8 @@ def reference_bin(suite: str, task: str) -> int | None:
 
 def bin_mean(xs: list, ys: list, end: int, width: int) -> float | None:
     """Mean return of the training episodes that ended in (end - width, end] env frames (the official
-    plot.py's bin that is plotted at `end`); None without any."""
+    plot.py's bin that is plotted at `end`; its numpy bins are [start, end), but our runs stop at
+    the budget, and their last episodes end exactly there); None without any."""
     inside = [y for x, y in zip(xs, ys) if end - width < x <= end]
     return statistics.mean(inside) if inside else None
 
