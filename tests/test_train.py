@@ -48,8 +48,11 @@ def test_training_run_logs_evaluates_checkpoints_and_leaves_no_process(first_run
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run in the run dir"
     scores = {r["split"]: r for r in json.loads((run_dir / "scores.json").read_text())}
     assert scores["eval"]["xs"][-1] == 600 * 8 and scores["eval"]["task"] == "dmc_cartpole_balance"  # frames
-    for record in scores.values():
-        assert record["xs"] == sorted(set(record["xs"])) and len(record["xs"]) == len(record["ys"]) > 0
+    assert scores["eval"]["xs"] == sorted(set(scores["eval"]["xs"]))  # one eval per step
+    train = scores["train"]  # every training episode: envs ending one together share a step
+    assert train["xs"] == sorted(train["xs"]) and len(train["xs"]) == len(train["ys"]) > 0
+    episodes = (run_dir / "episodes.jsonl").read_text().splitlines()
+    assert len(train["xs"]) == len(episodes)
 
 
 @pytest.mark.slow
