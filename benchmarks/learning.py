@@ -223,14 +223,18 @@ def format_table(name: str, frames: int, finals: list[float], rand_mean: float, 
             "| official DreamerV3 median (min-max) | median / official |",
             "|---|---|---|---|---|---|---|---|---|"]
     measures = [("final eval", finals)]
+    bin_name = f"training episodes in ({frames - width:,}, {frames:,}]" if width else ""
     if binned and None not in binned:
-        measures.append((f"training episodes in ({frames - width:,}, {frames:,}] (the score files' measure)", binned))
+        measures.append((f"{bin_name} (the score files' measure)", binned))
     for measure, returns in measures:
         median = statistics.median(returns)
         ratio = f"{median / rand_mean:.2f}x" if rand_mean else "-"
         versus = f"{median / ref['median']:.2f}x" if ref else "-"
         rows.append(f"| {name} | {frames:,} | {measure} | {', '.join(f'{r:.0f}' for r in returns)} | {median:.1f} "
                     f"| {rand_mean:.1f} | {ratio} | {official} | {versus} |")
+    if binned and None in binned:  # say why the second row is missing
+        rows.append(f"\nno {bin_name} in {binned.count(None)} of {len(binned)} seeds: the score files' "
+                    "measure is left out")
     if ref:
         rows.append(f"\nofficial: {ref['source']} (training episodes, binned), each seed interpolated at "
                     f"{frames:,} env frames")

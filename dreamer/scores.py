@@ -30,8 +30,9 @@ def run_records(run_dir: str | Path, task: str, seed: int, action_repeat: int) -
     points = {}  # evals: one point per step (the last wins), in step order
     for row in evals:
         points[row["step"] * action_repeat] = row["eval/return"]
+    xs = sorted(points)
     records.append({"task": task, "method": METHOD, "seed": str(seed), "split": "eval",
-                    "xs": sorted(points), "ys": [points[x] for x in sorted(points)]})
+                    "xs": xs, "ys": [points[x] for x in xs]})
     # training episodes: every one, in step order; envs that end episodes together share a step
     # (the official scores.jsonl has a line per episode too, and its plot.py averages them per bin)
     episodes = sorted(episodes, key=lambda row: row["step"])
