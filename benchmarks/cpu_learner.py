@@ -5,8 +5,10 @@
 
 Each row runs in fresh processes (the official learner defaults, REINFORCE actor, B16): eager;
 regional with an empty inductor cache and no precompiled headers (cold, as on a fresh machine:
-the first update compiles); regional again with what the cold run left (warm). Per row: ms/update
-after the first update, and the first update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
+the first update compiles); regional again with what the cold run left (warm). On an AMD CPU with
+AVX-512 also eager with MKL's own kernel choice (DREAMER_MKL_AMD=0: its AVX2 code, as stock
+PyTorch runs there; dreamer/mkl_amd.py). Per row: ms/update after the first update, and the first
+update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
 With --official (the python of scripts/official_venv.sh), each proprio row also runs the official
 DreamerV3 learner at the same shapes and parameter count (benchmarks/official_learner.py, given the
 preset's dimensions), in the same run.
@@ -22,11 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from dreamer import mkl_amd
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
-    import torch
+    import torch  # after dreamer (benchmarks/__init__.py): dreamer/mkl_amd.py acts before torch loads
     from hydra import compose, initialize_config_dir
     from tensordict import TensorDict
 
@@ -66,15 +70,16 @@ def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
         learner.step(batch)
     trained = {id(p): p.numel() for group in agent.optimizer.param_groups for p in group["params"]}
     return {"first_s": first, "ms": 1000 * (time.perf_counter() - start) / updates,
-            "flags": learner.flags.describe(), "threads": torch.get_num_threads(), "params": sum(trained.values())}
+            "flags": learner.flags.describe(), "threads": torch.get_num_threads(), "params": sum(trained.values()),
+            "mkl": mkl_amd.STATUS}
 
 
-def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str) -> dict:
+def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str, mkl_amd_fix: bool = True) -> dict:
     # TMPDIR too: inductor keeps its precompiled C++ headers under the system temp dir, outside
     # TORCHINDUCTOR_CACHE_DIR; a cold run builds them as on a fresh machine (measured ~5 s)
     tmp = Path(cache) / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(tmp)}
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(tmp), **({} if mkl_amd_fix else {mkl_amd.ENV_VAR: "0"})}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_learner", "--one", size, obs, str(length), mode,
                            "--updates", str(updates)], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -124,30 +129,33 @@ def main(argv=None) -> None:
         size, obs, length = shape.split(":")
         updates = args.updates if size == "tiny" else max(1, args.updates // 3)  # larger sizes: seconds each
         with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
+            stock = run(size, obs, int(length), "false", updates, cache, mkl_amd_fix=False) if mkl_amd.STATUS else None
             eager = run(size, obs, int(length), "false", updates, cache)
             cold = run(size, obs, int(length), "regional", updates, cache)
             warm = run(size, obs, int(length), "regional", updates, cache)
             official = (run_official(args.official, args.official_src, size, int(length), updates, cache)
                         if args.official and obs == "proprio" else None)
-        rows.append((shape, eager, cold, warm, official))
-        print(f"{shape}: eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "
+        rows.append((shape, stock, eager, cold, warm, official))
+        print(f"{shape}: " + (f"eager with MKL's default kernels {stock['ms']:.0f} ms, " if stock else "")
+              + f"eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "
               f"(first update cold {cold['first_s']:.1f} s, warm {warm['first_s']:.1f} s)"
               + (f"; official {official['ms']:.0f} ms (first update {official['first_s']:.1f} s)" if official else ""),
               flush=True)
-    print(f"\nCPU learner, B16, official learner defaults, {rows[0][1]['threads']} threads; fresh processes per cell\n")
-    print("| shape | eager ms/update | regional ms/update (cold run, warm run) | speed-up | first update eager s "
+    print(f"\nCPU learner, B16, official learner defaults, {rows[0][2]['threads']} threads; fresh processes per cell; "
+          f"{rows[0][2]['mkl'] or 'MKL as shipped'}\n")
+    print("| shape | eager, MKL's default kernels ms/update | eager ms/update | regional ms/update (cold run, warm run) | speed-up (first column / slower regional) | first update eager s "
           "| first update regional cold s | warm s |" + (" official ms/update | regional / official | official first update s |"
                                                          if args.official else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if args.official else ""))
-    for shape, eager, cold, warm, official in rows:
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.official else ""))
+    for shape, stock, eager, cold, warm, official in rows:
         size, obs, length = shape.split(":")
-        line = (f"| {size} T{length} {obs} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
-                f"| {eager['ms'] / warm['ms']:.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
+        line = (f"| {size} T{length} {obs} | {stock['ms'] if stock else eager['ms']:.0f} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
+                f"| {(stock or eager)['ms'] / max(cold['ms'], warm['ms']):.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
         if args.official:
             line += (f" {official['ms']:.0f} | {max(cold['ms'], warm['ms']) / official['ms']:.2f}x | {official['first_s']:.1f} |"
                      if official else " - | - | - |")
         print(line)
-    for shape, eager, _, _, official in rows:
+    for shape, _, eager, _, _, official in rows:
         if official:
             print(f"\n{shape}: {eager['params']:,} trained parameters here, {official['params']:,} in the official "
                   f"(jax {official['jax']}, {official['threads']} threads)")

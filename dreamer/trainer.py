@@ -24,7 +24,7 @@ from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from collectors.replay import SequenceReplay
 from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
-from dreamer import checkpoint, placement
+from dreamer import checkpoint, mkl_amd, placement
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config, rank_share
 from dreamer.distributed import SingleProcess
@@ -80,6 +80,8 @@ class Trainer:
         cache = f" (compile cache: {compile_cache_dir()})" if flags.compile or flags.regional else ""
         if self.world.is_main:
             print(f"learner: {flags.describe()}, ~{expected:,.0f} updates planned{cache}", flush=True)
+            if mkl_amd.STATUS:  # an AMD CPU with AVX-512: whether MKL runs its AVX-512 kernels
+                print(mkl_amd.STATUS, flush=True)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
         # batch_length + 1 records: the first is context (its latent starts the sequence), the
         # others are the trained steps (dreamer/learner.py).

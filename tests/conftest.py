@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+import dreamer  # noqa: F401  before any test imports torch: dreamer/mkl_amd.py acts as in the app
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -74,6 +74,9 @@ def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
                      env_extra={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"learner: regionally compiled fp32, ~25 updates planned (compile cache: {tmp_path / 'cache'})" in proc.stdout
+    from dreamer import mkl_amd
+    if mkl_amd.STATUS:  # this CPU is an AMD one with AVX-512: the run says MKL runs its AVX-512 kernels
+        assert "MKL: AVX-512 kernels on this AMD CPU (dreamer/mkl_amd.py)" in proc.stdout
     assert f"trained to 400 env steps ({1 + 100 * 16 // 64} updates)" in proc.stdout
     assert "eval at 400 env steps" in proc.stdout  # the evaluator acts with the compiled prior's nets
 
