@@ -9,9 +9,10 @@ the first update compiles); regional again with what the cold run left (warm). O
 AVX-512 also eager with MKL's own kernel choice (DREAMER_MKL_AMD=0: its AVX2 code, as stock
 PyTorch runs there; dreamer/mkl_amd.py). Per row: ms/update after the first update, and the first
 update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
-With --official (the python of scripts/official_venv.sh), each proprio row also runs the official
-DreamerV3 learner at the same shapes and parameter count (benchmarks/official_learner.py, given the
-preset's dimensions), in the same run.
+With --official (the python of scripts/official_venv.sh), each row also runs the official
+DreamerV3 learner at the same shapes (benchmarks/official_learner.py, given the preset's
+dimensions), in the same run: the same parameter count with proprio; with pixels its image decoder
+has a stochastic-latent path torchrl's lacks (the counts are printed).
 """
 from __future__ import annotations
 
@@ -91,18 +92,18 @@ OFFICIAL_DIMS = ("deter", "hidden", "stoch", "classes", "blocks", "mlp_units", "
                  "policy_layers")
 
 
-def preset_dims(size: str) -> dict:
+def preset_dims(size: str, obs: str = "proprio") -> dict:
     """The dimensions of conf/world_model/<size>.yaml that benchmarks/official_learner.py maps to its keys."""
     import yaml
 
     preset = yaml.safe_load((ROOT / "conf" / "world_model" / f"{size}.yaml").read_text())
-    return {key: preset[key] for key in OFFICIAL_DIMS}
+    return {key: preset[key] for key in OFFICIAL_DIMS + (("cnn_depth", "cnn_mults") if obs == "pixels" else ())}
 
 
-def run_official(python: str, src: str | None, size: str, length: int, updates: int, cache: str) -> dict:
+def run_official(python: str, src: str | None, size: str, obs: str, length: int, updates: int, cache: str) -> dict:
     env = {**os.environ, "TMPDIR": cache, **({"OFFICIAL_SRC": src} if src else {})}
     proc = subprocess.run([python, str(ROOT / "benchmarks" / "official_learner.py"), "--length", str(length),
-                           "--updates", str(updates), "--dims", json.dumps(preset_dims(size))],
+                           "--updates", str(updates), "--obs", obs, "--dims", json.dumps(preset_dims(size, obs))],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"official T{length}: {proc.stderr[-2000:]}")
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
     parser.add_argument("--shapes", default="tiny:proprio:32,tiny:proprio:64,s:proprio:64,s:pixels:64")
     parser.add_argument("--updates", type=int, default=10, help="timed updates per tiny row (larger sizes: a third)")
     parser.add_argument("--official", metavar="PYTHON", help="the official DreamerV3's python "
-                        "(scripts/official_venv.sh): adds its learner to the proprio rows")
+                        "(scripts/official_venv.sh): adds its learner to every row")
     parser.add_argument("--official-src", help="its checkout (default $OFFICIAL_SRC or /tmp/official/src)")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "OBS", "T", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -133,8 +134,8 @@ def main(argv=None) -> None:
             eager = run(size, obs, int(length), "false", updates, cache)
             cold = run(size, obs, int(length), "regional", updates, cache)
             warm = run(size, obs, int(length), "regional", updates, cache)
-            official = (run_official(args.official, args.official_src, size, int(length), updates, cache)
-                        if args.official and obs == "proprio" else None)
+            official = (run_official(args.official, args.official_src, size, obs, int(length), updates, cache)
+                        if args.official else None)
         rows.append((shape, stock, eager, cold, warm, official))
         print(f"{shape}: " + (f"eager with MKL's default kernels {stock['ms']:.0f} ms, " if stock else "")
               + f"eager {eager['ms']:.0f} ms, regional {warm['ms']:.0f} ms "

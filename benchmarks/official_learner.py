@@ -7,11 +7,15 @@ Runs under the official code's own environment, not ours (scripts/official_venv.
 
 `python -m benchmarks.cpu_learner --official PYTHON` runs it beside our learner, shape by shape, with
 the dimensions of our preset for the row (--dims: deter, hidden, stoch, classes, blocks, mlp_units,
-mlp_layers, head_layers, policy_layers; default our `tiny`: deter 64, hidden 64, 8 latents x 8
-classes, 8 GRU blocks, 1-layer 64-unit MLPs). The official agent is built as its main.py builds
+mlp_layers, head_layers, policy_layers, and for --obs pixels cnn_depth, cnn_mults; default our
+`tiny`: deter 64, hidden 64, 8 latents x 8 classes, 8 GRU blocks, 1-layer 64-unit MLPs). The official agent is built as its main.py builds
 one, from its configs.yaml defaults with those shapes (its RSSM keeps imglayers 2, as ours: tiny
 has the same 48,384 dynamics parameters), float32, jit, replay context 1, B16, a 5-dim vector
-observation and one action in [-1, 1]. Its first update includes the XLA compile (precompile
+observation and one action in [-1, 1], or (--obs pixels) a 64x64 RGB image and 6 actions. With
+pixels the parameter counts differ: the official image decoder also maps the stochastic latent
+through a 2 x units hidden layer to its first feature map (sp1, sp2: 5.2 M at `s`), where
+torchrl's decoder has one block-linear projection of (deter, stoch): 17.8 M against our 13.1 M at
+`s`, the extra ~5 GFLOP per update a fraction of a percent of its convolutions'. Its first update includes the XLA compile (precompile
 off); the profiler and the policy-parameter copy are off. Threads: CPU affinity set before JAX
 is imported (XLA sizes its pool from it; the official setup rewrites XLA_FLAGS). Prints one JSON
 line with its trained-parameter count; the official code's output goes to stderr.
@@ -39,6 +43,9 @@ def shape_overrides(dims: dict, batch: int, length: int, seed: int, logdir: str)
     for part, key in layers.items():
         mlp[f"agent.{part}.units"], mlp[f"agent.{part}.layers"] = dims["mlp_units"], dims[key]
     rssm = {f"agent.dyn.rssm.{key}": dims[key] for key in ("deter", "hidden", "stoch", "classes", "blocks")}
+    for part in ("enc.simple", "dec.simple"):  # the image encoder and decoder (pixel rows only)
+        if "cnn_depth" in dims:
+            mlp[f"agent.{part}.depth"], mlp[f"agent.{part}.mults"] = dims["cnn_depth"], list(dims["cnn_mults"])
     return {"batch_size": batch, "batch_length": length, "report_length": length, "replay_context": 1,
             "seed": seed, "logdir": logdir, "jax.platform": "cpu", "jax.compute_dtype": "float32",
             "jax.prealloc": False, "jax.jit": True, **rssm, **mlp}
@@ -61,6 +68,8 @@ def fixed_batch(spaces: dict, batch: int, steps: int, seed: int):
             value[:, 0] = True
         elif key in ("is_last", "is_terminal", "consec"):
             value = np.zeros(shape)
+        elif key == "image":
+            value = rng.integers(0, 256, size=shape)
         elif key == "stepid":
             value = rng.integers(0, 256, size=shape)
         elif key == "dyn/deter":
@@ -81,6 +90,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dims", type=json.loads, default=TINY, help="our preset's dimensions, JSON")
+    parser.add_argument("--obs", choices=("proprio", "pixels"), default="proprio",
+                        help="proprio: a 5-dim vector, 1-dim action; pixels: 64x64 RGB, 6-dim action (cpu_learner's)")
     parser.add_argument("--src", default=os.environ.get("OFFICIAL_SRC", "/tmp/official/src"),
                         help="a checkout of danijar/dreamerv3 ($OFFICIAL_SRC)")
     args = parser.parse_args(argv)
@@ -101,10 +112,11 @@ def main(argv=None) -> None:
         **config.agent, logdir=config.logdir, seed=config.seed, jax=jax_options, batch_size=config.batch_size,
         batch_length=config.batch_length, replay_context=config.replay_context,
         report_length=config.report_length, replica=config.replica, replicas=config.replicas)
-    obs_space = {"observation": elements.Space(np.float32, (5,)), "reward": elements.Space(np.float32),
-                 "is_first": elements.Space(bool), "is_last": elements.Space(bool),
-                 "is_terminal": elements.Space(bool)}
-    act_space = {"action": elements.Space(np.float32, (1,), -1, 1)}
+    seen = ({"image": elements.Space(np.uint8, (64, 64, 3))} if args.obs == "pixels"
+            else {"observation": elements.Space(np.float32, (5,))})
+    obs_space = {**seen, "reward": elements.Space(np.float32), "is_first": elements.Space(bool),
+                 "is_last": elements.Space(bool), "is_terminal": elements.Space(bool)}
+    act_space = {"action": elements.Space(np.float32, (6 if args.obs == "pixels" else 1,), -1, 1)}
     with contextlib.redirect_stdout(sys.stderr):
         import jax
         from dreamerv3.agent import Agent

@@ -48,12 +48,12 @@ class StepperFlags:
         return name + (" + CUDA graph" if self.cudagraph else "") + (" bf16" if self.bf16 else " fp32")
 
 
-def resolve_flags(learner_cfg: Any, device: torch.device, expected_updates: float | None = None,
-                  pixels: bool = False) -> StepperFlags:
+def resolve_flags(learner_cfg: Any, device: torch.device, expected_updates: float | None = None) -> StepperFlags:
     """'auto' -> on for CUDA (compile + CUDA graph + bf16). On a CPU, what measured fastest for the
-    run's length, compile time included: the regional compile for vector observations and runs of
-    at least REGIONAL_MIN_UPDATES updates, else eager (whole-step compiling takes minutes there;
-    with pixels the convolutions dominate and regional measured no faster)."""
+    run's length, compile time included: the regional compile for runs of at least
+    REGIONAL_MIN_UPDATES updates, else eager (whole-step compiling takes minutes there). Pixels
+    too since MKL runs its AVX-512 kernels on AMD (dreamer/mkl_amd.py): `s` pixels, one process,
+    interleaved, medians of 6: 6.87 s eager, 6.21 s regional (before, 0.98-1.10x: left eager)."""
     cuda = device.type == "cuda"
 
     def pick(name: str) -> bool:
@@ -61,7 +61,7 @@ def resolve_flags(learner_cfg: Any, device: torch.device, expected_updates: floa
         return cuda if value == "auto" else bool(value)
 
     mode = learner_cfg.compile
-    long_cpu_run = (not cuda and not pixels and expected_updates is not None
+    long_cpu_run = (not cuda and expected_updates is not None
                     and expected_updates >= REGIONAL_MIN_UPDATES)
     regional = mode == "regional" or (mode == "auto" and long_cpu_run)
     flags = StepperFlags(False if mode == "regional" else pick("compile"), pick("cudagraph"), pick("bf16"), regional)
@@ -131,7 +131,7 @@ class Learner:
     def __init__(self, agent: DreamerAgent, learner_cfg: Any, context: ContextSpec | None = None,
                  expected_updates: float | None = None):
         self.agent, self.context = agent, context
-        self.flags = resolve_flags(learner_cfg, agent.device, expected_updates, pixels=agent.obs.pixels is not None)
+        self.flags = resolve_flags(learner_cfg, agent.device, expected_updates)
         if self.flags.regional:  # compiled at the first update, from the on-disk cache when warm
             compile_regions(agent)
         self.stepper = DreamerV3OptimizationStepper(

@@ -198,6 +198,10 @@ def test_the_official_learner_is_built_at_our_presets_shapes(size):
     for part, depth in layers.items():
         assert keys[f"agent.{part}.units"] == preset.mlp_units and keys[f"agent.{part}.layers"] == depth
     assert keys["jax.compute_dtype"] == "float32" and keys["replay_context"] == 1
+    assert not any(key.endswith((".depth", ".mults")) for key in keys)  # proprio: the official CNN defaults unused
+    pixels = shape_overrides(preset_dims(size, "pixels"), batch=16, length=64, seed=0, logdir="/tmp/x")
+    for part in ("enc.simple", "dec.simple"):  # the image encoder and decoder at our preset's widths
+        assert pixels[f"agent.{part}.depth"] == preset.cnn_depth and pixels[f"agent.{part}.mults"] == list(preset.cnn_mults)
 
 
 def test_the_official_learner_benchmarks_name_a_missing_official_setup(tmp_path):

@@ -22,7 +22,6 @@ def test_auto_compiles_regions_only_for_long_cpu_runs():
     assert not resolve_flags(auto, cpu).regional
     assert not resolve_flags(auto, cpu, expected_updates=REGIONAL_MIN_UPDATES - 1).regional
     assert resolve_flags(auto, cpu, expected_updates=REGIONAL_MIN_UPDATES).regional
-    assert not resolve_flags(auto, cpu, expected_updates=10**6, pixels=True).regional  # measured slower
     assert resolve_flags(LearnerConfig(compile="regional"), cpu).regional
     assert not resolve_flags(LearnerConfig(compile=False), cpu, expected_updates=10**6).regional
     flags = resolve_flags(LearnerConfig(compile="regional"), cpu)
