@@ -80,7 +80,8 @@ def run(size: str, obs: str, length: int, mode: str, updates: int, cache: str, m
     # TORCHINDUCTOR_CACHE_DIR; a cold run builds them as on a fresh machine (measured ~5 s)
     tmp = Path(cache) / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(tmp), **({} if mkl_amd_fix else {mkl_amd.ENV_VAR: "0"})}
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(tmp),
+           **({} if mkl_amd_fix else {mkl_amd.ENV_VAR: "0"})}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.cpu_learner", "--one", size, obs, str(length), mode,
                            "--updates", str(updates)], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -144,16 +145,19 @@ def main(argv=None) -> None:
               flush=True)
     print(f"\nCPU learner, B16, official learner defaults, {rows[0][2]['threads']} threads; fresh processes per cell; "
           f"{rows[0][2]['mkl'] or 'MKL as shipped'}\n")
-    print("| shape | eager, MKL's default kernels ms/update | eager ms/update | regional ms/update (cold run, warm run) | speed-up (first column / slower regional) | first update eager s "
-          "| first update regional cold s | warm s |" + (" official ms/update | regional / official | official first update s |"
-                                                         if args.official else ""))
+    print("| shape | eager, MKL's default kernels ms/update | eager ms/update "
+          "| regional ms/update (cold run, warm run) | speed-up (first column / slower regional) "
+          "| first update eager s | first update regional cold s | warm s |"
+          + (" official ms/update | regional / official | official first update s |" if args.official else ""))
     print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.official else ""))
     for shape, stock, eager, cold, warm, official in rows:
         size, obs, length = shape.split(":")
-        line = (f"| {size} T{length} {obs} | {stock['ms'] if stock else eager['ms']:.0f} | {eager['ms']:.0f} | {cold['ms']:.0f}, {warm['ms']:.0f} "
-                f"| {(stock or eager)['ms'] / max(cold['ms'], warm['ms']):.2f}x | {eager['first_s']:.1f} | {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
+        slower = max(cold["ms"], warm["ms"])
+        line = (f"| {size} T{length} {obs} | {(stock or eager)['ms']:.0f} | {eager['ms']:.0f} | {cold['ms']:.0f}, "
+                f"{warm['ms']:.0f} | {(stock or eager)['ms'] / slower:.2f}x | {eager['first_s']:.1f} "
+                f"| {cold['first_s']:.1f} | {warm['first_s']:.1f} |")
         if args.official:
-            line += (f" {official['ms']:.0f} | {max(cold['ms'], warm['ms']) / official['ms']:.2f}x | {official['first_s']:.1f} |"
+            line += (f" {official['ms']:.0f} | {slower / official['ms']:.2f}x | {official['first_s']:.1f} |"
                      if official else " - | - | - |")
         print(line)
     for shape, _, eager, _, _, official in rows:

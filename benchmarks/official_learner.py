@@ -8,14 +8,15 @@ Runs under the official code's own environment, not ours (scripts/official_venv.
 `python -m benchmarks.cpu_learner --official PYTHON` runs it beside our learner, shape by shape, with
 the dimensions of our preset for the row (--dims: deter, hidden, stoch, classes, blocks, mlp_units,
 mlp_layers, head_layers, policy_layers, and for --obs pixels cnn_depth, cnn_mults; default our
-`tiny`: deter 64, hidden 64, 8 latents x 8 classes, 8 GRU blocks, 1-layer 64-unit MLPs). The official agent is built as its main.py builds
-one, from its configs.yaml defaults with those shapes (its RSSM keeps imglayers 2, as ours: tiny
-has the same 48,384 dynamics parameters), float32, jit, replay context 1, B16, a 5-dim vector
-observation and one action in [-1, 1], or (--obs pixels) a 64x64 RGB image and 6 actions. With
-pixels the parameter counts differ: the official image decoder also maps the stochastic latent
-through a 2 x units hidden layer to its first feature map (sp1, sp2: 5.2 M at `s`), where
-torchrl's decoder has one block-linear projection of (deter, stoch): 17.8 M against our 13.1 M at
-`s`, the extra ~5 GFLOP per update a fraction of a percent of its convolutions'. Its first update includes the XLA compile (precompile
+`tiny`: deter 64, hidden 64, 8 latents x 8 classes, 8 GRU blocks, 1-layer 64-unit MLPs). The
+official agent is built as its main.py builds one, from its configs.yaml defaults with those
+shapes (its RSSM keeps imglayers 2, as ours: tiny has the same 48,384 dynamics parameters),
+float32, jit, replay context 1, B16, a 5-dim vector observation and one action in [-1, 1], or
+(--obs pixels) a 64x64 RGB image and 6 actions. With pixels the parameter counts differ: the
+official image decoder also maps the stochastic latent through a 2 x units hidden layer to its
+first feature map (sp1, sp2: 5.2 M at `s`), where torchrl's decoder has one block-linear
+projection of (deter, stoch): 17.8 M against our 13.1 M at `s`; their ~32 GFLOP per update
+(forward and backward over B x T rows) are ~1-2% of the convolutions' (estimated). Its first update includes the XLA compile (precompile
 off); the profiler and the policy-parameter copy are off. Threads: CPU affinity set before JAX
 is imported (XLA sizes its pool from it; the official setup rewrites XLA_FLAGS). Prints one JSON
 line with its trained-parameter count; the official code's output goes to stderr.
