@@ -49,7 +49,7 @@ bench-learner: install   # CPU paths (eager vs regional, cold/warm cache; the of
 	$(PY) -m benchmarks.cpu_learner $$([ -x $(OFFICIAL)/venv/bin/python ] && echo --official $(OFFICIAL)/venv/bin/python)
 	$(PY) -m benchmarks.learner $(ARGS)
 
-bench-learning: install   # 3 seeds side by side: 48-53 min on 2 cores (measured)
+bench-learning: install   # 3 seeds side by side: 41 min on 2 cores (measured; 48-53 before MKL's AVX-512 fix)
 	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
