@@ -131,7 +131,8 @@ def main(argv=None) -> None:
         size, obs, length = shape.split(":")
         updates = args.updates if size == "tiny" else max(1, args.updates // 3)  # larger sizes: seconds each
         with tempfile.TemporaryDirectory(prefix="inductor_") as cache:
-            stock = run(size, obs, int(length), "false", updates, cache, mkl_amd_fix=False) if mkl_amd.STATUS else None
+            stock = (run(size, obs, int(length), "false", updates, cache, mkl_amd_fix=False)
+                     if mkl_amd.STATUS == mkl_amd.ACTIVE else None)  # else eager already runs MKL's choice
             eager = run(size, obs, int(length), "false", updates, cache)
             cold = run(size, obs, int(length), "regional", updates, cache)
             warm = run(size, obs, int(length), "regional", updates, cache)

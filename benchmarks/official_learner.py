@@ -69,9 +69,7 @@ def fixed_batch(spaces: dict, batch: int, steps: int, seed: int):
             value[:, 0] = True
         elif key in ("is_last", "is_terminal", "consec"):
             value = np.zeros(shape)
-        elif key == "image":
-            value = rng.integers(0, 256, size=shape)
-        elif key == "stepid":
+        elif key in ("image", "stepid"):
             value = rng.integers(0, 256, size=shape)
         elif key == "dyn/deter":
             value = np.tanh(rng.normal(size=shape))

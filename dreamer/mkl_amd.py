@@ -30,7 +30,8 @@ from pathlib import Path
 ENV_VAR = "DREAMER_MKL_AMD"
 SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 LIBRARY = "libmkl_amd_avx512_v1.so"
-STATUS: str | None = None  # None: nothing to do on this CPU
+ACTIVE = "MKL: AVX-512 kernels on this AMD CPU (dreamer/mkl_amd.py)"
+STATUS: str | None = None  # ACTIVE, why not, or None: nothing to do on this CPU
 
 
 def amd_with_avx512(cpuinfo: str) -> bool:
@@ -83,4 +84,4 @@ def _apply(cache: Path) -> str | None:
         ctypes.CDLL(str(build(cache)), mode=ctypes.RTLD_GLOBAL)
     except (OSError, subprocess.SubprocessError) as err:
         return f"MKL: its default (AVX2) kernels on this AMD CPU (the AVX-512 shim failed: {err})"
-    return "MKL: AVX-512 kernels on this AMD CPU (dreamer/mkl_amd.py)"
+    return ACTIVE

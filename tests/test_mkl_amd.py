@@ -49,7 +49,7 @@ print(mkl_amd.STATUS, "|", found())
 def test_torchs_mkl_finds_the_shim_unless_told_not_to(tmp_path):
     on = python(RESOLVED, HOME=str(tmp_path))  # a fresh machine: the shim is built on first import
     assert on.returncode == 0, on.stderr[-2000:]
-    assert on.stdout.strip() == "MKL: AVX-512 kernels on this AMD CPU (dreamer/mkl_amd.py) | 1"
+    assert on.stdout.strip() == f"{mkl_amd.ACTIVE} | 1"
     assert (tmp_path / ".cache" / "dreamer-app" / mkl_amd.LIBRARY).is_file()
     off = python(RESOLVED, **{mkl_amd.ENV_VAR: "0"})
     assert off.stdout.strip() == f"MKL: its default (AVX2) kernels on this AMD CPU ({mkl_amd.ENV_VAR}=0) | 0"
