@@ -13,7 +13,8 @@ still picked by the CPU's features (cpuid): correctness does not depend on the a
 
 Applied on import of the `dreamer` package, only on an AMD x86-64 Linux CPU that has AVX-512, and
 only if torch is not imported yet. The library is built once with the C compiler ($CC or cc, the
-one inductor needs anyway) into ~/.cache/dreamer-app/. DREAMER_MKL_AMD=0 keeps MKL's choice.
+one inductor needs anyway) into ~/.cache/dreamer-app/. DREAMER_MKL_AMD=0 (false, off, no) keeps
+MKL's choice; a value that is neither on nor off keeps it too, and the status says why.
 `STATUS` says what happened, for the start-up line.
 """
 from __future__ import annotations
@@ -60,10 +61,11 @@ def build(directory: Path) -> Path:
     return target
 
 
-def apply(cache: Path | None = None) -> str | None:
-    """Load the shim if this CPU needs it; returns the status line (None: not an AMD AVX-512 CPU)."""
+def apply(cache: Path) -> str | None:
+    """Load the shim (built into `cache`) if this CPU needs it; returns the status line (None: not
+    an AMD AVX-512 CPU)."""
     global STATUS
-    STATUS = _apply(cache or Path.home() / ".cache" / "dreamer-app")
+    STATUS = _apply(cache)
     return STATUS
 
 
@@ -76,8 +78,11 @@ def _apply(cache: Path) -> str | None:
         return None
     if not amd_with_avx512(cpuinfo):
         return None
-    if os.environ.get(ENV_VAR, "1") == "0":
-        return f"MKL: its default (AVX2) kernels on this AMD CPU ({ENV_VAR}=0)"
+    setting = os.environ.get(ENV_VAR, "1").strip().lower()
+    if setting in ("0", "false", "off", "no"):
+        return f"MKL: its default (AVX2) kernels on this AMD CPU ({ENV_VAR}={setting})"
+    if setting not in ("1", "true", "on", "yes"):  # a typo must not silently mean either
+        return f"MKL: its default (AVX2) kernels on this AMD CPU: {ENV_VAR}={setting!r} is not 0 or 1"
     if "torch" in sys.modules:
         return "MKL: its default (AVX2) kernels on this AMD CPU: torch was imported before dreamer"
     try:

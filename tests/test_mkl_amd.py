@@ -53,6 +53,10 @@ def test_torchs_mkl_finds_the_shim_unless_told_not_to(tmp_path):
     assert (tmp_path / ".cache" / "dreamer-app" / mkl_amd.LIBRARY).is_file()
     off = python(RESOLVED, **{mkl_amd.ENV_VAR: "0"})
     assert off.stdout.strip() == f"MKL: its default (AVX2) kernels on this AMD CPU ({mkl_amd.ENV_VAR}=0) | 0"
+    typo = python(RESOLVED, **{mkl_amd.ENV_VAR: "of"})  # neither on nor off: MKL's choice, and said
+    said = f"MKL: its default (AVX2) kernels on this AMD CPU: {mkl_amd.ENV_VAR}='of' is not 0 or 1 | 0"
+    assert typo.stdout.strip() == said
+    assert python(RESOLVED, **{mkl_amd.ENV_VAR: "false"}).stdout.strip().endswith(f"({mkl_amd.ENV_VAR}=false) | 0")
     late = python(RESOLVED.replace("import ctypes, os, dreamer, torch", "import ctypes, os, torch, dreamer"))
     assert late.stdout.strip().endswith("torch was imported before dreamer | 0")  # said, not pretended
     no_cc = python(RESOLVED, HOME=str(tmp_path / "empty"), CC=str(tmp_path / "no-such-cc"))
