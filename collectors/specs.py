@@ -29,6 +29,7 @@ class EnvSpec:
     max_steps: int  # the episode's time limit in agent steps (evaluation stops there)
     stats: tuple[str, ...] = ()  # per-step uint8 statistics under ("next", key), e.g. achievements
     stats_dim: int = 0
+    text_keys: tuple[str, ...] = ()  # string entries of a Dict observation the agent does not read
 
 
 ENV_FIELDS = ("suite", "domain", "task", "id", "obs", "image_size", "action_repeat", "gray", "sticky",
@@ -86,7 +87,8 @@ def gymnasium_spec(env) -> EnvSpec:
         pixels=(pixels.shape[2], pixels.shape[0], pixels.shape[1]) if pixels is not None else None,
         vector_dim=spaces["observation"].shape[0] if "observation" in spaces else None,
         action_dim=int(action.n) if discrete else int(action.shape[0]), discrete=discrete,
-        max_steps=env.max_steps, stats=stats, stats_dim=sum(math.prod(spaces[k].shape) for k in stats))
+        max_steps=env.max_steps, stats=stats, stats_dim=sum(math.prod(spaces[k].shape) for k in stats),
+        text_keys=getattr(env, "text_keys", ()))
 
 
 @functools.lru_cache(maxsize=None)

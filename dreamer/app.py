@@ -191,6 +191,12 @@ def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
     print(f"{start}training {config.world_model.size} DreamerV3 on {env.name} ({env.obs}) for {col.total_frames} "
           f"env steps: {col.num_envs} envs ({col.transport}, chunk {col.chunk_size()}), "
           f"train ratio {config.learner.train_ratio:g}")
+    from collectors.specs import env_spec
+
+    text = env_spec(env).text_keys
+    if text:
+        print(f"warning: env.id: {env.id}'s observation entries {', '.join(text)} hold text, which the agent "
+              "does not read: left out")
     if world_size > 1:
         print(f"data parallel over {world_size} ranks: each runs {col.num_envs // world_size} envs and samples "
               f"{config.replay.batch_size // world_size} of the {config.replay.batch_size} sequences per update")

@@ -17,7 +17,7 @@ class EnvConfig:
     domain: str = "walker"  # dmc: the domain
     task: str = "walk"  # dmc: the task; atari: the game (pong); crafter: reward | noreward
     id: Optional[str] = None  # gym: a registered Gymnasium env id (CartPole-v1)
-    obs: str = "pixels"  # pixels | proprio (a vector observation) | both
+    obs: str = "pixels"  # pixels | proprio (a vector observation) | both | symbolic (gym: an image of codes as numbers)
     image_size: int = 64
     action_repeat: int = 2
     camera: Optional[int] = None  # dmc, null: DreamerV3's choice (2 for quadruped, else 0)
@@ -33,8 +33,11 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         _check(self.suite in SUITES, "env.suite", f"allowed values are {', '.join(SUITES)} (got {self.suite!r})")
-        _check(self.obs in ("pixels", "proprio", "both"), "env.obs",
-               f"allowed values are pixels, proprio, both (got {self.obs!r})")
+        _check(self.obs in ("pixels", "proprio", "both", "symbolic"), "env.obs",
+               f"allowed values are pixels, proprio, both, symbolic (got {self.obs!r})")
+        _check(self.obs != "symbolic" or self.suite == "gym", "env.obs",
+               f"symbolic (an image of object codes read as numbers) is for gym envs; {self.suite} has "
+               "pixels" + (" or proprio" if self.suite == "dmc" else ""))
         _check(self.image_size >= 16, "env.image_size", f"must be >= 16 (got {self.image_size})")
         _check(self.action_repeat >= 1, "env.action_repeat", f"must be >= 1 (got {self.action_repeat})")
         _check(self.actions in ("minimal", "all"), "env.actions", f"allowed values are minimal, all (got {self.actions!r})")
@@ -75,12 +78,18 @@ def check_task(env: EnvConfig) -> None:
 
         import gymnasium
 
+        from collectors.envs.gym import register_package_of
+
         module, _, env_id = env.id.rpartition(":")  # "my_package:MyEnv-v0" registers on import
         if module:
             try:
                 importlib.import_module(module)
             except ImportError as err:
                 _check(False, "env.id", f"cannot import {module!r} to register {env_id!r}: {err}")
+        try:
+            register_package_of(env_id)
+        except ImportError as err:
+            _check(False, "env.id", f"{env_id!r} is registered by a package that is not installed: {err}")
         if env_id not in gymnasium.registry:
             import difflib
 

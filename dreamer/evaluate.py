@@ -56,6 +56,8 @@ class Evaluator:
         # (renders on MuJoCo's default GPU: this process imported dm_control at start-up)
         if video and env_cfg.obs == "proprio":  # render only for the video: the fast visuals will do
             self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
+        elif video and env_cfg.obs == "symbolic":  # a grid of codes: the video shows the env's renders
+            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, render_pixels=True)()
         else:
             self.env = env_factory(env_cfg, seed=seed, extra_transform=primer)()
         # the policy's mode, or (eval.sample_actions, the official way) a sample

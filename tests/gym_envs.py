@@ -30,6 +30,12 @@ SPACES = {
     "DreamerTest/DictNested-v0": (gymnasium.spaces.Dict({"joints": VECTOR, "goal": gymnasium.spaces.Discrete(4)}),
                                   gymnasium.spaces.Discrete(2)),
     "DreamerTest/MultiDiscrete-v0": (VECTOR, gymnasium.spaces.MultiDiscrete([3, 3])),
+    "DreamerTest/Discrete-v0": (gymnasium.spaces.Discrete(6, start=1), gymnasium.spaces.Discrete(2)),
+    "DreamerTest/DictTuple-v0": (gymnasium.spaces.Dict({"joints": VECTOR, "pair": gymnasium.spaces.Tuple(
+        (VECTOR, VECTOR))}), gymnasium.spaces.Discrete(2)),
+    "DreamerTest/GridMission-v0": (gymnasium.spaces.Dict({  # MiniGrid's layout: a grid of codes, text
+        "direction": gymnasium.spaces.Discrete(4), "image": gymnasium.spaces.Box(0, 10, (7, 7, 3), np.uint8),
+        "mission": gymnasium.spaces.Text(20)}), gymnasium.spaces.Discrete(3)),
 }
 for env_id, (obs_space, act_space) in SPACES.items():
     if env_id not in gymnasium.registry:

@@ -160,6 +160,50 @@ def test_discrete_actor_mixes_in_one_percent_uniform_and_its_mode_is_one_hot():
     assert (tied.mode.sum(-1) == 1).all()  # torchrl's own mode would be all ones here
 
 
+def test_dict_observations_one_hot_discretes_and_leave_text_out():
+    spec = env_spec(env_cfg(suite="gym", id="DreamerTest/DictNested-v0", obs="proprio", action_repeat=1))
+    assert spec.vector_dim == 5 + 4 and spec.text_keys == ()
+    env = make_env(env_cfg(suite="gym", id="DreamerTest/DictNested-v0", obs="proprio", action_repeat=1), seed=0)
+    obs = env.reset()["observation"]
+    goal, joints = obs[:4], obs[4:]  # the Dict's key order: goal, joints
+    assert goal.sum() == 1 and set(goal.tolist()) == {0.0, 1.0} and joints.abs().max() <= 1
+    env.close()
+    top = make_env(env_cfg(suite="gym", id="DreamerTest/Discrete-v0", obs="proprio", action_repeat=1), seed=0)
+    gym_env = top.base_env._env
+    td = top.reset()
+    raw = gym_env.unwrapped  # Discrete(6, start=1): value v -> one-hot index v - 1
+    assert td["observation"].shape == (6,) and td["observation"].sum() == 1
+    assert gym_env.observation(3)["observation"].tolist() == [0, 0, 1, 0, 0, 0] and raw is not None
+    top.close()
+
+
+def test_a_symbolic_grid_is_flattened_into_the_vector_and_text_is_named():
+    cfg = env_cfg(suite="gym", id="DreamerTest/GridMission-v0", obs="symbolic", action_repeat=1)
+    spec = env_spec(cfg)
+    assert (spec.pixels, spec.vector_dim, spec.text_keys) == (None, 4 + 7 * 7 * 3, ("mission",))
+    env = make_env(cfg, seed=0)
+    gym_env = env.base_env._env
+    grid = np.arange(147, dtype=np.uint8).reshape(7, 7, 3) % 11
+    vector = gym_env.observation({"direction": 2, "image": grid, "mission": "go"})["observation"]
+    assert vector[:4].tolist() == [0, 0, 1, 0] and (vector[4:] == grid.reshape(-1)).all()
+    assert "pixels" not in env.reset().keys()
+    env.close()
+    pixels = env_spec({**cfg, "obs": "pixels", "image_size": 16})  # the same grid read as a picture
+    assert pixels.pixels == (3, 16, 16) and pixels.vector_dim is None
+
+
+def test_minigrid_runs_as_it_is():
+    cfg = env_cfg(suite="gym", id="MiniGrid-Empty-8x8-v0", obs="symbolic", action_repeat=1)
+    check_task(EnvConfig(**cfg))  # registers minigrid's ids on its own
+    spec = env_spec(cfg)
+    assert (spec.vector_dim, spec.action_dim, spec.discrete) == (4 + 147, 7, True)
+    assert spec.text_keys == ("mission",) and spec.max_steps == 256  # MiniGrid's own limit (4 x 8 x 8)
+    env = make_env(cfg, seed=0)
+    steps, terminated, truncated = run_episode(env)
+    assert (steps, terminated, truncated) == (256, False, True) or (terminated and steps < 256)
+    env.close()
+
+
 def test_old_dmc_checkpoint_env_configs_have_a_spec():
     saved = {"domain": "cartpole", "task": "balance", "obs": "proprio", "image_size": 64, "action_repeat": 2,
              "camera": None, "fast_visuals": False}  # saved before the suites existed
@@ -171,7 +215,8 @@ def test_old_dmc_checkpoint_env_configs_have_a_spec():
     (dict(suite="gym", id=None), "env.id", ["needs a Gymnasium env id"]),
     (dict(suite="atari100k", task="pongg"), "env.task", ["unknown Atari game", "pong", "breakout"]),
     (dict(suite="gym", id="DreamerTest/Text-v0", obs="proprio"), "env.id", ["Text("]),
-    (dict(suite="gym", id="DreamerTest/DictNested-v0", obs="proprio"), "env.id", ["goal: Discrete(4)"]),
+    (dict(suite="gym", id="DreamerTest/DictTuple-v0", obs="proprio"), "env.id", ["pair: Tuple("]),
+    (dict(suite="dmc", domain="cartpole", task="balance", obs="symbolic"), "env.obs", ["for gym envs"]),
     (dict(suite="gym", id="DreamerTest/MultiDiscrete-v0", obs="proprio"), "env.id", ["MultiDiscrete"]),
     (dict(suite="gym", id="tests.no_such_module:X-v0"), "env.id", ["cannot import"]),
     (dict(suite="crafter", task="score"), "env.task", ["reward, noreward"]),

@@ -15,6 +15,7 @@ PRESETS = {  # preset: (env steps, prefill, official task name)
     "gym_cartpole": (300, 100, "gym_CartPole-v1"),
     "atari_pong": (160, 80, "atari100k_pong"),
     "crafter": (160, 80, "crafter_reward"),
+    "minigrid": (200, 100, "gym_MiniGrid-Empty-8x8-v0"),
 }
 
 
@@ -50,6 +51,15 @@ def test_a_short_run_trains_evaluates_with_a_video_and_checkpoints(runs, tmp_pat
     assert scores["eval"]["task"] == task and len(scores["eval"]["ys"]) == 1
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert any(r.get("train/loss_model_reco", 0) > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_minigrid_names_the_text_it_leaves_out(runs, tmp_path_factory):
+    proc, _ = trained(runs, tmp_path_factory, "minigrid")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("warning: env.id"))
+    assert "MiniGrid-Empty-8x8-v0" in line and "mission" in line and "left out" in line
+    assert "(symbolic)" in proc.stdout  # the start-up line says what the agent observes
 
 
 @pytest.mark.slow

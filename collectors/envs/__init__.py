@@ -50,14 +50,16 @@ def _plain(env_cfg) -> dict:
 
 
 def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
-                fast_visuals: bool | None = None, render_device: int | None = None):
+                fast_visuals: bool | None = None, render_device: int | None = None, render_pixels: bool = False):
     """A picklable zero-argument factory, as the collector's worker processes need.
 
     `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of vector-
-    observation runs: obs="both"); `render_device`: the GPU a DMC env renders on.
+    observation runs: obs="both"); `render_device`: the GPU a DMC env renders on; `render_pixels`: a
+    symbolic gym env adds its rgb_array frames as `pixels` (videos; the agent does not read them).
     """
     cfg = _plain(env_cfg)
     cfg["render_device"] = render_device
+    cfg["render_pixels"] = render_pixels
     if obs is not None:
         cfg["obs"] = obs
     if fast_visuals is not None:

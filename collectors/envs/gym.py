@@ -1,15 +1,21 @@
 """Any registered Gymnasium env (suite `gym`): `env=gym env.id=CartPole-v1`.
 
 Observations: a 1-D Box becomes `observation` (float32); an image Box ([H, W, C] or [H, W] uint8)
-becomes `pixels`, resized to env.image_size; a Dict may hold one image and 1-D vectors. env.obs picks what the agent sees: `proprio` the
+becomes `pixels`, resized to env.image_size; a Discrete becomes a one-hot in `observation`; a Dict
+may hold one image, 1-D vectors and Discretes (concatenated in key order) and string entries (Text,
+MiniGrid's mission: left out, named at start-up). env.obs picks what the agent sees: `proprio` the
 vector, `pixels` the image (the env's own, or its `render_mode="rgb_array"` frames for a vector
-env), `both`. Actions: Discrete (one-hot) or a bounded 1-D Box, rescaled to [-1, 1]. Episodes end
-as Gymnasium says: `terminated` (continue target 0) or `truncated` (its TimeLimit).
+env), `both`, or `symbolic`: the image's numbers flattened into `observation` with the rest, for a
+grid of object codes that is not a picture (MiniGrid). Actions: Discrete (one-hot) or a bounded 1-D
+Box, rescaled to [-1, 1]. Episodes end as Gymnasium says: `terminated` (continue target 0) or
+`truncated` (its TimeLimit, or the env's own `max_steps` as in MiniGrid).
 """
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
+from dataclasses import dataclass, field
 
 import gymnasium
 import numpy as np
@@ -17,6 +23,15 @@ import numpy as np
 from collectors.envs.common import ActionRepeat, check_action_space, resize
 
 NO_TIME_LIMIT_STEPS = 100_000  # evaluation's cap for an env registered without a time limit
+# Packages whose import registers these ids, so that env.id=MiniGrid-Empty-8x8-v0 works as it is.
+REGISTERING_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+
+def register_package_of(env_id: str) -> None:
+    """Imports the package that registers `env_id` (REGISTERING_PACKAGES) if it is not registered yet."""
+    for prefix, package in REGISTERING_PACKAGES.items():
+        if env_id.startswith(prefix) and env_id not in gymnasium.registry:
+            importlib.import_module(package)
 
 
 def _is_image(space: gymnasium.Space) -> bool:
@@ -28,80 +43,132 @@ def _is_vector(space: gymnasium.Space) -> bool:
     return isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 1
 
 
+def _is_text(space: gymnasium.Space) -> bool:
+    """String-valued: gymnasium's Text, or a custom Space of strings (MiniGrid's MissionSpace)."""
+    if isinstance(space, gymnasium.spaces.Text):
+        return True
+    if type(space).__module__.startswith("gymnasium.spaces"):
+        return False
+    try:
+        return isinstance(space.sample(), str)
+    except Exception:  # a space that cannot sample is not one we can read either
+        return False
+
+
+@dataclass
+class Layout:
+    """Where an observation's parts go; keys are Dict keys, "" the whole (non-Dict) observation."""
+    image: str | None = None
+    vectors: list[str] = field(default_factory=list)  # 1-D Boxes and Discretes, in key order
+    text: list[str] = field(default_factory=list)  # left out
+
+
+def _layout(space: gymnasium.Space, name: str) -> Layout:
+    if _is_image(space):
+        return Layout(image="")
+    if _is_vector(space) or isinstance(space, gymnasium.spaces.Discrete):
+        return Layout(vectors=[""])
+    if isinstance(space, gymnasium.spaces.Dict):
+        layout, other = Layout(), []
+        for key, sub in space.spaces.items():
+            if _is_image(sub) and layout.image is None:
+                layout.image = key
+            elif _is_vector(sub) or isinstance(sub, gymnasium.spaces.Discrete):
+                layout.vectors.append(key)
+            elif _is_text(sub):
+                layout.text.append(key)
+            else:
+                other.append(f"{key}: {sub}" if not _is_image(sub) else f"{key}: a second image")
+        if not other and (layout.image is not None or layout.vectors):
+            return layout
+        why = f"entries {', '.join(other)}" if other else "only text entries"
+        raise ValueError(f"env.id: {name}'s observation space {space} is not supported ({why}); a Dict may "
+                         "hold one uint8 image, 1-D Box vectors, Discretes and text")
+    raise ValueError(f"env.id: {name}'s observation space {space} is not supported "
+                     "(a 1-D Box vector, a uint8 image Box, a Discrete, or a Dict of those)")
+
+
+def _width(space: gymnasium.Space) -> int:
+    return int(space.n) if isinstance(space, gymnasium.spaces.Discrete) else math.prod(space.shape)
+
+
+def _flat(space: gymnasium.Space, value) -> np.ndarray:
+    """One part of the vector: a Discrete one-hot, a Box's numbers flattened, as float32."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        onehot = np.zeros(int(space.n), np.float32)
+        onehot[int(value) - int(space.start)] = 1.0
+        return onehot
+    return np.asarray(value, np.float32).reshape(-1)
+
+
 class DreamerObservation(gymnasium.ObservationWrapper):
-    """The env's observation -> {"pixels"?, "observation"?} as env.obs asks (module docstring).
+    """The env's observation -> {"pixels"?, "observation"?} as env.obs asks (module docstring)."""
 
-    A Dict observation may hold one image and any 1-D Box vectors (concatenated in key order).
-    """
-
-    def __init__(self, env: gymnasium.Env, obs: str, size: int, name: str):
+    def __init__(self, env: gymnasium.Env, obs: str, size: int, name: str, render: bool = False):
         super().__init__(env)
         self.size = size
-        self.image_key, self.vector_keys = _split(env.observation_space, name)
-        has_image, has_vector = self.image_key is not None, bool(self.vector_keys)
+        layout = _layout(env.observation_space, name)
+        self.text_keys = tuple(layout.text)
+        has_image, has_vector = layout.image is not None, bool(layout.vectors)
         if obs == "proprio" and not has_vector:
-            raise ValueError(f"env.obs: {name} observes images only; use env.obs=pixels (got 'proprio')")
-        self.vector = has_vector and obs in ("proprio", "both")
-        self.image = has_image and obs in ("pixels", "both")
-        self.rendered = not has_image and obs in ("pixels", "both")  # frames of a vector env
+            hint = "env.obs=symbolic (a grid of codes) or env.obs=pixels (a picture)"
+            raise ValueError(f"env.obs: {name} observes an image only; use {hint} (got 'proprio')")
+        self.vector_keys = list(layout.vectors) if obs in ("proprio", "both", "symbolic") else []
+        if obs == "symbolic" and has_image:
+            self.vector_keys = sorted(self.vector_keys + [layout.image], key=list(_keys(env)).index)
+        self.image_key = layout.image if has_image and obs in ("pixels", "both") else None
+        # frames of a vector env, or (render: evaluation videos) of a symbolic one
+        self.rendered = (not has_image and obs in ("pixels", "both")) or (render and obs == "symbolic")
         if self.rendered and env.render_mode != "rgb_array":
             raise ValueError(f"env.obs: {name} has no rgb_array rendering for pixels; use env.obs=proprio")
         spaces = {}
-        if self.image or self.rendered:
-            shape = self._space(self.image_key).shape if self.image else (0, 0, 3)
+        if self.image_key is not None or self.rendered:
+            shape = self._space(self.image_key).shape if self.image_key is not None else (0, 0, 3)
             channels = 1 if len(shape) == 2 or shape[2] == 1 else 3
             spaces["pixels"] = gymnasium.spaces.Box(0, 255, (size, size, channels), np.uint8)
-        if self.vector:
-            dim = sum(self._space(k).shape[0] for k in self.vector_keys)
+        if self.vector_keys:
+            dim = sum(_width(self._space(k)) for k in self.vector_keys)
             spaces["observation"] = gymnasium.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
         self.observation_space = gymnasium.spaces.Dict(spaces)
 
     def _space(self, key):
-        space = self.env.observation_space
-        return space if key is None or key == "" else space[key]
-
-    def _part(self, observation, key):
-        return observation if key == "" else observation[key]
+        return self.env.observation_space if key == "" else self.env.observation_space[key]
 
     def observation(self, observation):
         out = {}
-        if self.image:
-            image = np.asarray(self._part(observation, self.image_key))
+        if self.image_key is not None:
+            image = np.asarray(observation if self.image_key == "" else observation[self.image_key])
             image = image if image.ndim == 3 else image[..., None]
             out["pixels"] = resize(np.ascontiguousarray(image[..., :3]), self.size)
         if self.rendered:
             out["pixels"] = resize(np.ascontiguousarray(self.env.render()[..., :3]), self.size)
-        if self.vector:
+        if self.vector_keys:
             out["observation"] = np.concatenate(
-                [np.asarray(self._part(observation, k), np.float32).reshape(-1) for k in self.vector_keys])
+                [_flat(self._space(k), observation if k == "" else observation[k]) for k in self.vector_keys])
         return out
 
 
-def _split(space: gymnasium.Space, name: str) -> tuple[str | None, list[str]]:
-    """(the image's key or None, the vectors' keys); "" is the whole (non-Dict) observation."""
-    if _is_image(space):
-        return "", []
-    if _is_vector(space):
-        return None, [""]
-    if isinstance(space, gymnasium.spaces.Dict):
-        images = [k for k, v in space.spaces.items() if _is_image(v)]
-        vectors = [k for k, v in space.spaces.items() if _is_vector(v)]
-        other = [f"{k}: {v}" for k, v in space.spaces.items() if k not in images and k not in vectors]
-        if not other and len(images) <= 1 and (images or vectors):
-            return (images[0] if images else None), vectors
-        why = f"entries {', '.join(other)}" if other else f"{len(images)} images"
-        raise ValueError(f"env.id: {name}'s observation space {space} is not supported ({why}); a Dict may "
-                         "hold one uint8 image and 1-D Box vectors")
-    raise ValueError(f"env.id: {name}'s observation space {space} is not supported "
-                     "(a 1-D Box vector, a uint8 image Box, or a Dict of those)")
+def _keys(env: gymnasium.Env) -> list[str]:
+    space = env.observation_space
+    return list(space.spaces) if isinstance(space, gymnasium.spaces.Dict) else [""]
+
+
+def _time_limit(env: gymnasium.Env) -> int | None:
+    """Gymnasium's TimeLimit, else the env's own limit (MiniGrid truncates at `max_steps`)."""
+    if env.spec is not None and env.spec.max_episode_steps:
+        return env.spec.max_episode_steps
+    own = getattr(env.unwrapped, "max_steps", None)
+    return own if isinstance(own, int) and own > 0 else None
 
 
 def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
     """The Gymnasium env of `cfg` (EnvConfig fields) with our observation dict and action range."""
     name = cfg["id"]
+    register_package_of(name.rpartition(":")[2])
     env = gymnasium.make(name)
-    image, _ = _split(env.observation_space, name)
-    if image is None and cfg["obs"] in ("pixels", "both"):  # frames of a vector env: its rgb_array renders
+    image = _layout(env.observation_space, name).image
+    render = bool(cfg.get("render_pixels")) and cfg["obs"] == "symbolic"
+    if (image is None and cfg["obs"] in ("pixels", "both")) or render:  # frames: its rgb_array renders
         if "rgb_array" not in env.metadata.get("render_modes", []):
             env.close()
             raise ValueError(f"env.obs: {name} has no rgb_array rendering for pixels; use env.obs=proprio")
@@ -112,9 +179,9 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
         with warnings.catch_warnings():  # "Box low's precision lowered": float64 bounds of float32 actions
             warnings.simplefilter("ignore", UserWarning)
             env = gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)
-    limit = env.spec.max_episode_steps if env.spec is not None else None
+    limit = _time_limit(env)
     if cfg["action_repeat"] > 1:
         env = ActionRepeat(env, cfg["action_repeat"])
-    env = DreamerObservation(env, cfg["obs"], cfg["image_size"], name)
+    env = DreamerObservation(env, cfg["obs"], cfg["image_size"], name, render=render)
     env.max_steps = math.ceil(limit / cfg["action_repeat"]) if limit else NO_TIME_LIMIT_STEPS
     return env
