@@ -269,15 +269,24 @@ class DreamerAgent:
         return self.nets.sizes.deter
 
 
+def actor_gradient(actor_grad: str, discrete: bool) -> str:
+    """learner.actor_grad with "auto" resolved for the action space."""
+    if actor_grad == "auto":
+        return "reinforce" if discrete else "dynamics"
+    return actor_grad
+
+
 def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
                 device: str | torch.device = "cpu", discrete: bool = False) -> DreamerAgent:
     """World model, actor, critic, DreamerV3Loss, optimizer and slow-critic updater on `device`.
 
     learner_cfg.actor_grad: "reinforce" (official, every action space: score-function gradient,
     no gradient through the world model) or "dynamics" (v1 for continuous actions: returns
-    backpropagated through the imagined dynamics). `discrete`: one-hot actions, REINFORCE only.
+    backpropagated through the imagined dynamics), or "auto": dynamics for continuous actions,
+    REINFORCE for discrete (DreamerV2's rule). `discrete`: one-hot actions, REINFORCE only.
     """
-    if discrete and learner_cfg.actor_grad != "reinforce":
+    grad = actor_gradient(learner_cfg.actor_grad, discrete)
+    if discrete and grad != "reinforce":
         raise ValueError("learner.actor_grad: discrete actions train with reinforce only")
     device = torch.device(device)
     with torch.device(device):
@@ -295,10 +304,10 @@ def build_agent(wm_cfg: Any, learner_cfg: Any, obs: ObsSpec, action_dim: int,
     continuation = TensorDictSequential(  # lets imagination terminate (off unless passed)
         TensorDictModule(n.cont, ["belief", "state"], ["continue_logits"]),
         TensorDictModule(nn.Sigmoid(), ["continue_logits"], ["continuation"]))
-    imagination = imagination_env(n, device, no_grad=lc.actor_grad == "reinforce", nbins=NBINS)
+    imagination = imagination_env(n, device, no_grad=grad == "reinforce", nbins=NBINS)
     actor_loss = DreamerV3ActorLoss(
         actor, TrajectoryCritic(critic, imagination), imagination, continuation_model=continuation,
-        imagination_horizon=lc.imagination_horizon, use_reinforce=(lc.actor_grad == "reinforce"),
+        imagination_horizon=lc.imagination_horizon, use_reinforce=(grad == "reinforce"),
         entropy_bonus=lc.entropy_coef)
     actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=lc.gamma, lmbda=lc.lmbda)
     value_loss = DreamerV3ValueLoss(critic, value_loss="two_hot", gamma=lc.gamma, actor_loss=actor_loss,

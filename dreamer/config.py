@@ -106,7 +106,7 @@ class WorldModelConfig:
                f"must be <= 255 (replay stores latent classes as uint8; got {self.classes})")
 
 
-ACTOR_GRADS = ("reinforce", "dynamics")
+ACTOR_GRADS = ("reinforce", "dynamics", "auto")
 
 
 @dataclass
@@ -115,7 +115,8 @@ class LearnerConfig:
     has the 2023 paper's values."""
     train_ratio: float = 512.0  # replayed steps per env step (DreamerV3 meaning)
     prefill_frames: int = 2500  # env steps of random actions before learning starts
-    actor_grad: str = "reinforce"  # reinforce (official, every action space) | dynamics (v1, continuous)
+    # reinforce (official, every action space) | dynamics (v1, continuous) | auto (dynamics if continuous)
+    actor_grad: str = "reinforce"
     lr: float = 4e-5  # every part's learning rate unless overridden below
     model_lr: Optional[float] = None  # null: lr
     actor_lr: Optional[float] = None
@@ -378,8 +379,8 @@ def _check_actions(config: "Config") -> None:
     from collectors.specs import env_spec
 
     if env_spec(config.env).discrete:
-        _check(config.learner.actor_grad == "reinforce", "learner.actor_grad",
-               f"{config.env.name} has discrete actions, which train with REINFORCE only; use reinforce "
+        _check(config.learner.actor_grad in ("reinforce", "auto"), "learner.actor_grad",
+               f"{config.env.name} has discrete actions, which train with REINFORCE only; use reinforce or auto "
                f"(got {config.learner.actor_grad!r})")
 
 

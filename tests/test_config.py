@@ -3,6 +3,7 @@ import time
 
 import pytest
 from hydra import compose, initialize_config_dir
+import yaml
 from omegaconf import OmegaConf
 
 from dreamer.config import Config, ConfigError, register_configs, validate
@@ -24,7 +25,7 @@ def test_defaults_compose_and_validate():
     assert cfg.world_model.size == "s"
 
 
-@pytest.mark.parametrize("preset", ["quick", "learn_cpu", "learn_cartpole", "dmc_vision", "seed_pixel_64env",
+@pytest.mark.parametrize("preset", ["cpu", "quick", "learn_cpu", "learn_cartpole", "dmc_vision", "seed_pixel_64env",
                                     "seed_pixel_64env_4gpu", "atari100k", "crafter"])
 def test_experiment_presets_compose(preset):
     cfg = composed(f"experiment={preset}")
@@ -38,6 +39,26 @@ def test_experiment_presets_compose(preset):
 def test_env_presets_validate_with_official_task_names(preset, suite, name, repeat):
     cfg = validate(composed(f"env={preset}", "world_model=tiny"))
     assert (cfg.env.suite, cfg.env.name, cfg.env.action_repeat) == (suite, name, repeat)
+
+
+ENV_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "env").glob("*.yaml") if p.stem != "gym")
+
+
+@pytest.mark.parametrize("env", ENV_PRESETS + ["gym"])
+def test_the_cpu_preset_composes_with_every_env_preset(env):
+    extra = ["env.id=Acrobot-v1"] if env == "gym" else []
+    cfg = validate(composed("experiment=cpu", f"env={env}", *extra))
+    assert (cfg.world_model.size, cfg.learner.train_ratio, cfg.learner.actor_grad) == ("tiny", 128, "auto")
+    reference = yaml.safe_load((ROOT / "conf" / "env" / f"{env}.yaml").read_text())
+    assert cfg.env.suite == reference["suite"]  # the preset leaves the env to the user
+
+
+def test_the_cpu_presets_for_make_train_and_the_learning_benchmark_are_cpu_plus_an_env_and_a_budget():
+    cartpole, swingup = validate(composed("experiment=learn_cartpole")), validate(composed("experiment=learn_cpu"))
+    cpu = validate(composed("experiment=cpu", "env=gym_cartpole"))
+    assert cartpole.learner == cpu.learner and cartpole.replay == cpu.replay and cartpole.world_model == cpu.world_model
+    assert swingup.learner == cpu.learner and (swingup.env.name, swingup.env.obs) == ("dmc_cartpole_swingup", "proprio")
+    assert (cartpole.collector.total_frames, swingup.collector.total_frames) == (6000, 15000)
 
 
 def test_seed_presets_match_the_reference_run_and_place_parts_on_four_gpus():
