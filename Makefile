@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-soak gpu-wheels gpu-check clean
+.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-suite bench-soak gpu-wheels gpu-check clean
 
 install: $(STAMP)
 
@@ -51,6 +51,9 @@ bench-learner: install   # CPU paths (eager vs regional, cold/warm cache; the of
 
 bench-learning: install   # 3 seeds side by side: 41 min on 2 cores (measured; 48-53 before MKL's AVX-512 fix)
 	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
+
+bench-suite: install      # experiment=cpu on 7 tasks x 3 seeds, 3 runs at a time (README, Results)
+	$(PY) -m benchmarks.suite $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
 	$(PY) -m benchmarks.soak $(ARGS)

@@ -211,3 +211,46 @@ def test_the_official_learner_benchmarks_name_a_missing_official_setup(tmp_path)
         proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert f"{flag} {missing}: no " in proc.stderr and "scripts/official_venv.sh" in proc.stderr
+
+
+def test_suite_normalises_against_random_and_the_reference_and_names_its_sources():
+    from benchmarks.suite import TASKS, format_table, reference, summarise
+
+    assert reference(TASKS["walker_walk"], 30_000)["value"] == pytest.approx(125.2, abs=0.1)  # official median
+    assert reference(TASKS["cheetah_run"], 30_000)["value"] == pytest.approx(191.5, abs=0.1)
+    assert reference(TASKS["Acrobot-v1"], 12_000) == {"value": -100.0, "source": TASKS["Acrobot-v1"].source}
+    row = summarise(TASKS["Acrobot-v1"], 12_000, [-300.0, -100.0, -500.0], random=-500.0, minutes=30.0)
+    assert (row["median"], row["normalised"], row["normalised_min"], row["normalised_max"]) == (-300.0, 0.5, 0.0, 1.0)
+    table = format_table([row], seeds=3, eval_episodes=10, hours=0.5)
+    assert "| Acrobot-v1 | 12,000 | -500.0 | -300.0 (-500.0 to -100.0) | -100.0 | **0.50** (0.00 to 1.00) | 30 |" in table
+    assert "Gymnasium's reward_threshold" in table and "median normalised score over 1 tasks: 0.50" in table
+
+
+@pytest.mark.slow
+def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_table(tmp_path):
+    command = [sys.executable, "-m", "benchmarks.suite", "--tasks", "CartPole-v1,Pendulum-v1", "--seeds", "0",
+               "--parallel", "2", "--steps", "300", "--eval-episodes", "2", "--random-episodes", "2",
+               "--out", str(tmp_path), "replay.batch_size=2", "replay.batch_length=8", "learner.train_ratio=8",
+               "learner.prefill_frames=100", "eval.every=300", "logger=none"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "suite.json").read_text())
+    rows = {r["task"]: r for r in result["rows"]}
+    assert set(rows) == {"CartPole-v1", "Pendulum-v1"}
+    for name, row in rows.items():
+        final = json.loads((tmp_path / name / "seed0" / "final_eval" / "eval.json").read_text())
+        assert len(final["returns"]) == 2 and row["finals"] == [final["mean"]]
+        assert row["normalised"] == pytest.approx((row["median"] - row["random"])
+                                                  / (row["reference"]["value"] - row["random"]))
+        assert f"| {name} | 300 | {row['random']:.1f} | {row['median']:.1f}" in proc.stdout
+    assert 0 < rows["CartPole-v1"]["random"] < 100 and rows["Pendulum-v1"]["random"] < -100
+    assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("not trained again") == 2  # picks up where it stopped
+
+
+def test_suite_rejects_an_unknown_task():
+    from benchmarks.suite import main
+
+    with pytest.raises(SystemExit):
+        main(["--tasks", "CartPole-v1,Pong"])

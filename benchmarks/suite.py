@@ -1,0 +1,284 @@
+"""The development suite: one configuration (experiment=cpu) over several domains, as DreamerV3 is measured.
+
+    python -m benchmarks.suite [--tasks CartPole-v1,walker_walk,...] [--seeds 0,1,2] [--parallel 3]
+                               [--steps N] [--eval-episodes 10] [--random-episodes 10] [--out DIR]
+                               [overrides ...]
+
+Trains `python train.py experiment=cpu <the task's env> collector.total_frames=<its budget>` per task
+and seed, --parallel runs at a time (each with cores/parallel intra-op threads), then evaluates each
+run's final checkpoint over --eval-episodes episodes (`python -m dreamer.evaluate`: the policy's mode).
+Prints one table: per task the uniform-random policy's return (measured here), our median and range
+over seeds, the reference at the same env frames (DMC: the official DreamerV3 score files'
+median, benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return and its source), the
+normalised score (ours - random) / (reference - random), and the minutes each task took. Curves go
+to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluation is already in --out is
+not trained again (an interrupted suite picks up where it stopped). --steps replaces every budget
+(a smoke test); overrides go to every train.py run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.learning import ROOT, reference_at, random_return
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    env: tuple[str, ...]  # train.py overrides that pick the env
+    steps: int  # the budget in agent steps (collector.total_frames)
+    solved: float | None = None  # a stated reference return (tasks without official score files)
+    source: str = ""  # where `solved` comes from
+
+
+TASKS = {t.name: t for t in (
+    Task("CartPole-v1", ("env=gym_cartpole",), 8_000, 475.0, "Gymnasium's reward_threshold for CartPole-v1"),
+    Task("Acrobot-v1", ("env=gym", "env.id=Acrobot-v1"), 12_000, -100.0,
+         "Gymnasium's reward_threshold for Acrobot-v1"),
+    Task("Pendulum-v1", ("env=gym", "env.id=Pendulum-v1"), 12_000, -196.0,
+         "RL Zoo's TD3, trained 20,000 steps (huggingface.co/sb3/td3-Pendulum-v1: -196 +- 119; its SAC "
+         "-176); Gymnasium registers no threshold"),
+    Task("MiniGrid-Empty-8x8-v0", ("env=minigrid",), 8_000, 0.961,
+         "the optimal return, 1 - 0.9 x 11 / 256: the goal is 11 steps from the start"),
+    Task("cartpole_swingup", ("env=dmc_cartpole_balance", "env.task=swingup", "env.obs=proprio"), 15_000),
+    Task("cheetah_run", ("env=dmc_cheetah_run", "env.obs=proprio"), 15_000),
+    Task("walker_walk", ("env=dmc_walker_walk", "env.obs=proprio"), 15_000),
+)}
+
+
+def env_config(task: Task, overrides: list[str]):
+    """The EnvConfig the task's runs train on (its env preset, then env.* overrides)."""
+    import dataclasses
+
+    import yaml
+
+    from dreamer.config import EnvConfig
+
+    items = [*task.env, *overrides]
+    preset = next(item.split("=", 1)[1] for item in items if item.startswith("env="))
+    env = yaml.safe_load((ROOT / "conf" / "env" / f"{preset}.yaml").read_text())
+    for item in items:
+        key, _, value = item.partition("=")
+        if key.startswith("env."):
+            env[key[4:]] = yaml.safe_load(value)
+    fields = {f.name for f in dataclasses.fields(EnvConfig)}
+    return EnvConfig(**{k: v for k, v in env.items()
+                        if k in fields and not (isinstance(v, str) and v.startswith("${"))})
+
+
+def reference(task: Task, frames: int) -> dict | None:
+    """{"value", "source", ...}: the official median at `frames` for DMC, else the stated solved return."""
+    if task.solved is not None:
+        return {"value": task.solved, "source": task.source}
+    ref = reference_at("dmc_proprio", task.name, frames)
+    if ref is None:
+        return None
+    return {"value": ref["median"], "source": f"official DreamerV3 median of {ref['seeds']} seeds at "
+            f"{frames:,} frames ({ref['source']})", "min": ref["min"], "max": ref["max"]}
+
+
+def normalised(ours: float, random: float, ref: float) -> float:
+    return (ours - random) / (ref - random)
+
+
+def run_commands(task: Task, seed: int, steps: int, run_dir: Path, overrides: list[str],
+                 eval_episodes: int) -> list[list[str]]:
+    train = [sys.executable, "train.py", "experiment=cpu", *task.env, f"collector.total_frames={steps}",
+             f"seed={seed}", "logger.mode=offline", f"hydra.run.dir={run_dir}", *overrides]
+    evaluate = [sys.executable, "-m", "dreamer.evaluate", f"checkpoint={run_dir / 'checkpoints'}",
+                f"eval.episodes={eval_episodes}", "eval.video=false", f"out={run_dir / 'final_eval'}"]
+    return [train, evaluate]
+
+
+class Job:
+    """One task x seed: train, then evaluate the final checkpoint; stdout and stderr to files."""
+
+    def __init__(self, task: Task, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
+        self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
+        self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+        self.proc: subprocess.Popen | None = None
+        self.start = time.monotonic()
+
+    def advance(self) -> bool:
+        """Starts the next command when the current one is done; True when all are done."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                return False
+            if self.proc.returncode != 0:
+                log = (self.run_dir / "stderr.log").read_text()[-3000:]
+                raise RuntimeError(f"{self.task.name} seed {self.seed} failed ({self.proc.returncode}):\n{log}")
+        if not self.commands:
+            return True
+        command = self.commands.pop(0)
+        print("+", " ".join(command[1:]), flush=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
+        with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:  # Ctrl-C: the run checkpoints and stops
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def run_jobs(jobs: list[Job], parallel: int) -> None:
+    pending, running = list(jobs), []
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                running.append(pending.pop(0))
+                running[-1].advance()
+            for job in list(running):
+                if job.advance():
+                    running.remove(job)
+                    result = read_run(job.run_dir)
+                    print(f"  {job.task.name} seed {job.seed}: final {result['final']:.1f} over "
+                          f"{result['episodes']} episodes ({(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
+            time.sleep(1)
+    finally:
+        for job in running:
+            job.stop()
+
+
+def read_run(run_dir: Path) -> dict:
+    """The final checkpoint's evaluation and the run's eval curve."""
+    final = json.loads((run_dir / "final_eval" / "eval.json").read_text())
+    records = json.loads((run_dir / "scores.json").read_text())
+    curve = next(r for r in records if r["split"] == "eval")
+    return {"final": final["mean"], "episodes": len(final["returns"]), "xs": curve["xs"], "ys": curve["ys"]}
+
+
+def summarise(task: Task, frames: int, finals: list[float], random: float, minutes: float) -> dict:
+    ref = reference(task, frames)
+    median = statistics.median(finals)
+    row = {"task": task.name, "frames": frames, "random": random, "finals": finals, "median": median,
+           "min": min(finals), "max": max(finals), "reference": ref, "minutes": minutes}
+    if ref is not None:
+        row["normalised"] = normalised(median, random, ref["value"])
+        row["normalised_min"] = normalised(min(finals), random, ref["value"])
+        row["normalised_max"] = normalised(max(finals), random, ref["value"])
+    return row
+
+
+def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float) -> str:
+    lines = [f"experiment=cpu, {seeds} seed(s); ours: the final checkpoint's mean return over {eval_episodes} "
+             "episodes, the median (min-max) over seeds; normalised = (ours - random) / (reference - random)",
+             "",
+             "| task | env frames | random policy | ours: median (min-max) | reference | normalised: median (min-max) "
+             "| run minutes (sum over seeds) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ref = r["reference"]
+        norm = (f"**{r['normalised']:.2f}** ({r['normalised_min']:.2f} to {r['normalised_max']:.2f})"
+                if ref else "-")
+        lines.append(f"| {r['task']} | {r['frames']:,} | {r['random']:.1f} | {r['median']:.1f} "
+                     f"({r['min']:.1f} to {r['max']:.1f}) | {ref['value']:.1f} | {norm} | {r['minutes']:.0f} |"
+                     if ref else f"| {r['task']} | {r['frames']:,} | {r['random']:.1f} | {r['median']:.1f} | - | - "
+                     f"| {r['minutes']:.0f} |")
+    scored = [r["normalised"] for r in rows if "normalised" in r]
+    if scored:
+        lines.append(f"\nmedian normalised score over {len(scored)} tasks: {statistics.median(scored):.2f}; "
+                     f"wall time {hours:.2f} h")
+    lines.append("\nreferences:")
+    lines += [f"  {r['task']}: {r['reference']['source']}" for r in rows if r["reference"]]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], curves: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(rows))
+    fig, axes = plt.subplots((len(rows) + cols - 1) // cols, cols, figsize=(3.6 * cols, 2.8 * ((len(rows) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, row in zip(axes.flat, rows):
+        for seed, c in curves[row["task"]].items():
+            ax.plot(c["xs"], c["ys"], marker=".", label=f"seed {seed}")
+        ax.axhline(row["random"], color="gray", linestyle="--", label="random")
+        if row["reference"]:
+            ax.axhline(row["reference"]["value"], color="green", linestyle=":", label="reference")
+        ax.set_title(row["task"], fontsize=9)
+        ax.set_xlabel("env frames", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of: {', '.join(TASKS)}")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--parallel", type=int, default=3, help="runs at once (3 on 2 cores: ~1.3x the updates of 2)")
+    parser.add_argument("--steps", type=int, default=None, help="replaces every task's budget (agent steps)")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--random-episodes", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.tasks.split(",") if t not in TASKS]
+    if unknown:
+        parser.error(f"--tasks: unknown {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    if args.parallel < 1:
+        parser.error(f"--parallel must be >= 1 (got {args.parallel})")
+    tasks, seeds = [TASKS[t] for t in args.tasks.split(",")], [int(s) for s in args.seeds.split(",")]
+    out = args.out or ROOT / "outputs" / f"suite-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // args.parallel) if args.parallel > 1 else None
+    started = time.monotonic()
+    jobs = []
+    for seed in seeds:  # seed-major: a cut-short suite has every task at some seed
+        for task in tasks:
+            run_dir = out / task.name / f"seed{seed}"
+            if (run_dir / "final_eval" / "eval.json").exists():
+                print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
+                continue
+            commands = run_commands(task, seed, args.steps or task.steps, run_dir, args.overrides, args.eval_episodes)
+            jobs.append(Job(task, seed, commands, run_dir, threads))
+    randoms = {}
+    for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
+        mean, std = random_return(env_config(task, args.overrides), args.random_episodes)
+        randoms[task.name] = mean
+        print(f"uniform random policy on {task.name}: {mean:.1f} +- {std:.1f} over {args.random_episodes} episodes",
+              flush=True)
+    run_jobs(jobs, args.parallel)
+    hours = (time.monotonic() - started) / 3600
+    rows, curves = [], {}
+    for task in tasks:
+        runs = {seed: read_run(out / task.name / f"seed{seed}") for seed in seeds}
+        curves[task.name] = runs
+        minutes = sum(run_minutes(out / task.name / f"seed{seed}") for seed in seeds)
+        frames = (args.steps or task.steps) * env_config(task, args.overrides).action_repeat
+        rows.append(summarise(task, frames, [r["final"] for r in runs.values()], randoms[task.name], minutes))
+    (out / "suite.json").write_text(json.dumps({"rows": rows, "curves": curves, "hours": hours,
+                                                "overrides": args.overrides}, indent=2))
+    plot(rows, curves, out / "suite.png")
+    print(f"\nfigures: {out / 'suite.json'}, curves: {out / 'suite.png'}\n")
+    print(format_table(rows, len(seeds), args.eval_episodes, hours))
+
+
+def run_minutes(run_dir: Path) -> float:
+    """A run's training time (its metrics' last elapsed time), in minutes."""
+    from dreamer.metrics import read_metrics
+
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    return max((r.get("time/elapsed_s", 0.0) for r in rows), default=0.0) / 60
+
+
+if __name__ == "__main__":
+    main()
