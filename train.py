@@ -44,6 +44,7 @@ if __name__ == "__main__":
     try:
         check_override_keys(sys.argv[1:])  # a mistyped key: name it and list the valid ones
     except ConfigError as err:
-        sys.exit(f"error: {err}")
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     sys.argv[1:] = other_ranks_write_nothing(sys.argv[1:])
     main()

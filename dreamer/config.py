@@ -319,12 +319,37 @@ def register_configs() -> None:
         "task_name", lambda *args: task_name(*args).replace("/", "-").replace(":", "-"), replace=True)
 
 
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+def presets(group: str) -> list[str]:
+    """The presets of a config group (conf/<group>/*.yaml), e.g. presets("experiment")."""
+    folder = os.path.join(CONF_DIR, group)
+    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
+
+
+def check_group_choice(group: str, value: str) -> None:
+    """`group=value` names a preset that exists (an optional group such as experiment would
+    otherwise skip a mistyped one without a word); a sweep's comma-separated values each."""
+    if value in ("null", "") or any(c in value for c in "()[]${}"):  # null, or Hydra's sweep functions
+        return
+    known = presets(group)
+    for choice in value.split(","):
+        _check(choice in known, group, f"no preset {choice!r}; available: {', '.join(known)}")
+
+
 def check_override_keys(args: list[str]) -> None:
-    """Command-line overrides name existing keys; the error lists the valid ones (Hydra's does not)."""
+    """Command-line overrides name existing keys and presets; the error lists the valid ones (Hydra's
+    does not, and skips a mistyped experiment)."""
     for arg in args:
-        key, sep, _ = arg.partition("=")
-        # flags, appends/deletes, Hydra's own keys, group choices like hydra/launcher=... or experiment=...
-        if not sep or key.startswith(("-", "+", "~", "hydra")) or "/" in key or key == "experiment":
+        key, sep, value = arg.partition("=")
+        group = key.lstrip("+")
+        ours = not group.startswith("hydra")  # Hydra's groups hold its own presets too (joblib, ...)
+        if sep and ours and not key.startswith(("-", "~")) and os.path.isdir(os.path.join(CONF_DIR, group)):
+            check_group_choice(group, value)  # env=..., experiment=..., world_model=...
+            continue
+        # flags, appends/deletes, Hydra's own keys
+        if not sep or key.startswith(("-", "+", "~", "hydra")) or "/" in key:
             continue
         node, path = Config, []
         for part in key.split("."):

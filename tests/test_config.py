@@ -204,6 +204,22 @@ def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
     assert elapsed < 10, f"took {elapsed:.1f}s to reject {override}"
 
 
+GROUPS = ["experiment", "env", "collector", "world_model", "learner", "replay", "logger"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_a_misspelled_preset_of_any_group_fails_naming_the_group_and_its_presets(train, group):
+    from dreamer.config import presets
+
+    real = presets(group)[0]
+    for args in ([f"{group}={real}x"], ["--cfg", "job", f"{group}={real}x"], ["-m", f"{group}={real},{real}x"]):
+        proc = train(*args, timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        line = proc.stderr.strip().splitlines()[-1]
+        assert line == f"error: config key '{group}': no preset '{real}x'; available: {', '.join(presets(group))}"
+        assert "Traceback" not in proc.stderr and not proc.stdout.strip()  # nothing ran, nothing printed
+
+
 def test_run_dir_checks_name_the_key(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
