@@ -12,10 +12,11 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_dry_run_runs_every_step_and_writes_results(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path)}
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1800)  # bounds a hang only
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert list(steps) == [name for name, _, _ in gpu_check.STEPS]
@@ -27,7 +28,7 @@ def test_dry_run_runs_every_step_and_writes_results(tmp_path):
     served = steps["inference"]["result"]["rows"][0]
     assert served["batching"] == "dynamic" and served["requests"] > 0 and served["p50_forward_ms"] > 0
     train = steps["train"]["result"]
-    assert train["updates"] > 0 and train["collect/env_steps_per_s"] > 0
+    assert train["updates"] >= gpu_check.DRY_TRAIN_UPDATES and train["collect/env_steps_per_s"] > 0
     assert train["train/update_ms"] > 0 and train["train/sample_wait_ms"] >= 0
     log = (tmp_path / "gpu_check.log").read_text()
     assert "===== train:" in log and "checkpoint:" in log  # the SIGINT path wrote its checkpoint
