@@ -52,9 +52,15 @@ class ReplayRecords:
     def __init__(self, obs_keys: list[str], context: ContextSpec | None = None, stats: tuple[str, ...] = ()):
         self.obs_keys, self.context = list(obs_keys), context
         self.next_keys = (*KEPT_NEXT, *stats)  # stats (Crafter's achievements) ride along for the logs
+        self.nonfinite = 0  # values env.nonfinite=zero replaced (collectors/envs/guard.py), all envs
+
+    def count_nonfinite(self, batch: TensorDictBase) -> None:
+        if "nonfinite" in batch["next"].keys():
+            self.nonfinite += int(batch["next", "nonfinite"].sum())
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         batch = batch.reshape(-1)
+        self.count_nonfinite(batch)
         records = self._records(batch)
         done = batch["next", "done"].reshape(-1)
         if not done.any():

@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from collectors.envs.guard import fault_line
 from collectors.watchdog import CollectorFault
 from dreamer import checkpoint
 from dreamer.config import Config, ConfigError, replay_plan
@@ -84,6 +85,13 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
         _close_quietly(metrics)
         print(f"error: {err}; {last_good_checkpoint(run_dir)}", file=sys.stderr)
         sys.exit(1)
+    except Exception as err:
+        line = fault_line(err)  # an env's NaN/inf, wrapped by the collector's worker errors
+        _close_quietly(metrics)
+        if line is None:
+            raise
+        print(f"error: {line}; {last_good_checkpoint(run_dir, fix='fix the env')}", file=sys.stderr)
+        _exit_now(1)  # the worker that raised is gone: the collector's own teardown is done
     except BaseException:
         _close_quietly(metrics)
         raise
@@ -116,13 +124,13 @@ def _close_quietly(metrics: MetricsLogger | None) -> None:
         metrics.close()
 
 
-def last_good_checkpoint(run_dir: str) -> str:
+def last_good_checkpoint(run_dir: str, fix: str = "free space") -> str:
     directory = os.path.join(run_dir, "checkpoints")
     newest = checkpoint.latest(directory)
     if newest is None:
-        return "no checkpoint was written in this run dir; free space and start again"
+        return f"no checkpoint was written in this run dir; {fix} and start again"
     step = int(checkpoint.NAME.match(newest.name).group(1))
-    return (f"last good checkpoint: {newest} (env step {step}); free space, then resume={directory} "
+    return (f"last good checkpoint: {newest} (env step {step}); {fix}, then resume={directory} "
             "continues the run")
 
 

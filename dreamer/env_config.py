@@ -30,6 +30,9 @@ class EnvConfig:
     noops: int = 0  # atari: up to this many no-op steps after a reset (official: 30)
     # dmc pixels: the GPUs env workers render on, round-robin (MUJOCO_EGL_DEVICE_ID): all | [0, 1, ...]
     render_devices: Any = "all"
+    # a NaN or inf in an observation or reward: error (stop, naming it) | zero (replace with 0, count
+    # in collect/nonfinite_values; for envs known to emit them). collectors/envs/guard.py
+    nonfinite: str = "error"
 
     def __post_init__(self) -> None:
         _check(self.suite in SUITES, "env.suite", f"allowed values are {', '.join(SUITES)} (got {self.suite!r})")
@@ -42,6 +45,8 @@ class EnvConfig:
         _check(self.action_repeat >= 1, "env.action_repeat", f"must be >= 1 (got {self.action_repeat})")
         _check(self.actions in ("minimal", "all"), "env.actions", f"allowed values are minimal, all (got {self.actions!r})")
         _check(self.noops >= 0, "env.noops", f"must be >= 0 (got {self.noops})")
+        _check(self.nonfinite in ("error", "zero"), "env.nonfinite",
+               f"allowed values are error, zero (got {self.nonfinite!r})")
         if self.suite in ("atari", "atari100k", "crafter"):
             _check(self.obs == "pixels", "env.obs", f"{self.suite} observes pixels only (got {self.obs!r})")
         if self.suite == "gym":

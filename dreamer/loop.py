@@ -244,6 +244,8 @@ class _Loop:
         values.update({"replay/size": len(t.replay), "replay/bytes": t.replay_bytes(), "train/updates": t.updates,
                        "policy/lag_updates": t.updates - t.synced_at,
                        "time/elapsed_s": time.monotonic() - self.started, **memory_mb()})
+        if self.cfg.env.nonfinite == "zero" and getattr(t, "records", None) is not None:
+            values["collect/nonfinite_values"] = t.records.nonfinite
         if self.metrics is not None:
             self.metrics.log(frames, values)
 

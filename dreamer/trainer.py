@@ -156,8 +156,10 @@ class Trainer:
         first = self.world.rank * col.num_envs  # this rank's envs: global indices first.. (own seeds)
         remaining = cfg.collector.total_frames - self.frames
         self.collect_budget = self.tracker.frames + -(-remaining // self.world.size)  # this rank's
+        self.records = ReplayRecords(self.obs.keys, self.context, stats=self.spec.stats)
         self.collector = build_collector(
             [env_factory(cfg.env, seed=cfg.seed * 10_000 + first + i + self.frames, extra_transform=primer,
+                         worker=first + i,
                          render_device=placement.render_device(first + i, cfg.env.render_devices, gpus,
                                                                self.local_rank))
              for i in range(col.num_envs)],
@@ -169,7 +171,7 @@ class Trainer:
             static_batch_size=col.inference_static_batch_size,
             policy_device=resolve_device(col.device, self.local_rank),
             replay=self.replay,
-            records=ReplayRecords(self.obs.keys, self.context, stats=self.spec.stats),
+            records=self.records,
             on_write=self.tracker,
         )
         before = {p.pid for p in psutil.Process().children()}

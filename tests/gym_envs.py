@@ -41,3 +41,35 @@ for env_id, (obs_space, act_space) in SPACES.items():
     if env_id not in gymnasium.registry:
         gymnasium.register(env_id, entry_point=ProbeEnv, max_episode_steps=100,
                            kwargs={"observation_space": obs_space, "action_space": act_space})
+
+
+class FaultyEnv(gymnasium.Env):
+    """CartPole-like probe that turns bad at step `at`: `fault` is nan_obs, inf_obs or nan_reward."""
+
+    observation_space = gymnasium.spaces.Box(-1, 1, (4,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, fault: str = "nan_obs", at: int = 60):
+        self.fault, self.at, self.steps = fault, at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward = self.observation_space.sample(), 1.0
+        if self.steps >= self.at:
+            if self.fault == "nan_obs":
+                obs[1] = np.nan
+            elif self.fault == "inf_obs":
+                obs[2] = np.inf
+            elif self.fault == "nan_reward":
+                reward = float("nan")
+        return obs, reward, False, self.steps % 50 == 0, {}
+
+
+for fault in ("nan_obs", "inf_obs", "nan_reward"):
+    env_id = f"DreamerTest/Faulty-{fault}-v0"
+    if env_id not in gymnasium.registry:
+        gymnasium.register(env_id, entry_point=FaultyEnv, kwargs={"fault": fault})

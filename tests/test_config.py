@@ -186,7 +186,8 @@ FAIL_FAST = [
     ("resume=/no/such/run/checkpoints", "resume", "no such file"),
     ("replay.capacity=100000000", "replay.capacity", "transitions fit"),  # 1.2 TB of pixels
     ("learner.compile=maybe", "learner.compile", "auto, true, false"),
-    ("env.obs=depth", "env.obs", "pixels, proprio, both"),
+    ("env.obs=depth", "env.obs", "pixels, proprio, both, symbolic"),
+    ("env.nonfinite=ignore", "env.nonfinite", "error, zero"),
     ("logger.mode=loud", "logger.mode", "offline, online, disabled"),
     ("replay.batch_length=1", "replay.batch_length", ">= 2"),
 ]

@@ -16,7 +16,20 @@ import functools
 
 
 def make_env(env_cfg: dict, seed: int, extra_transform=None):
-    """One env of `env_cfg` (a plain dict of EnvConfig's fields) as a torchrl env."""
+    """One env of `env_cfg` (a plain dict of EnvConfig's fields) as a torchrl env, ending with the
+    non-finite data guard (collectors/envs/guard.py)."""
+    from collectors.envs.guard import FiniteGuard
+    from dreamer.env_config import task_name
+
+    env = _make_env(env_cfg, seed, extra_transform)
+    worker = env_cfg.get("worker")
+    name = task_name(env_cfg.get("suite", "dmc"), env_cfg.get("domain"), env_cfg.get("task"), env_cfg.get("id"))
+    where = f"env worker {worker} ({name})" if worker is not None else f"the evaluation env ({name})"
+    env.append_transform(FiniteGuard(["observation"], where, env_cfg.get("nonfinite", "error")))
+    return env
+
+
+def _make_env(env_cfg: dict, seed: int, extra_transform=None):
     suite = env_cfg.get("suite", "dmc")
     if suite == "dmc":
         from collectors.envs.dmc import make_dmc_env
@@ -50,16 +63,19 @@ def _plain(env_cfg) -> dict:
 
 
 def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
-                fast_visuals: bool | None = None, render_device: int | None = None, render_pixels: bool = False):
+                fast_visuals: bool | None = None, render_device: int | None = None, render_pixels: bool = False,
+                worker: int | None = None):
     """A picklable zero-argument factory, as the collector's worker processes need.
 
     `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of vector-
     observation runs: obs="both"); `render_device`: the GPU a DMC env renders on; `render_pixels`: a
-    symbolic gym env adds its rgb_array frames as `pixels` (videos; the agent does not read them).
+    symbolic gym env adds its rgb_array frames as `pixels` (videos; the agent does not read them);
+    `worker`: the collector's env index, for error messages (None: the evaluation env).
     """
     cfg = _plain(env_cfg)
     cfg["render_device"] = render_device
     cfg["render_pixels"] = render_pixels
+    cfg["worker"] = worker
     if obs is not None:
         cfg["obs"] = obs
     if fast_visuals is not None:
