@@ -7,6 +7,8 @@ import os
 import shutil
 import sys
 import time
+import traceback
+from typing import NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -31,6 +33,7 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     """Trains one run of a validated config (train.py validates before importing torch)."""
     # Ctrl-C and SIGTERM (a scheduler, `kill`): workers stop, a final checkpoint is written.
     stop = stop or StopRequest().install()
+    quiet_resource_tracker()
     exit_if_stopped(stop)  # during the imports: nothing started yet
     world = connect_ranks(config)
     try:
@@ -67,31 +70,25 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
         # aborted once (SIGABRT instead of exit 130). Nothing is left to clean up, so skip it.
         _exit_now(130)
     except CollectorFault as err:
-        _close_quietly(metrics)
-        print(f"error: {err}. A checkpoint was written; resume=<run dir>/checkpoints continues the run.",
-              file=sys.stderr)
         # The dead process may hold one of the collector's shared locks: any later cleanup of the
         # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
-        _exit_now(1)
-    except RankLostError as err:
-        _close_quietly(metrics)
-        print(f"error: {err}", file=sys.stderr)
-        _exit_now(1)  # the process group is broken: its teardown could wait on the lost rank
+        _fail(run_dir, metrics, f"{err}; {last_good_checkpoint(run_dir, fix='fix the cause')}", hard=True)
+    except RankLostError as err:  # the process group is broken: its teardown could wait on the lost rank
+        _fail(run_dir, metrics, str(err), hard=True)
     except NonFiniteLossError as err:
-        _close_quietly(metrics)
-        print(f"error: {err}; stopped with a checkpoint of the last finite weights", file=sys.stderr)
-        sys.exit(1)
+        _fail(run_dir, metrics, f"{err}; stopped with a checkpoint of the last finite weights")
     except DiskFullError as err:  # workers are stopped by now; the save left no partial file
-        _close_quietly(metrics)
-        print(f"error: {err}; {last_good_checkpoint(run_dir)}", file=sys.stderr)
-        sys.exit(1)
+        _fail(run_dir, metrics, f"{err}; {last_good_checkpoint(run_dir)}")
+    except MemoryError:
+        _fail(run_dir, metrics, "this process ran out of memory (MemoryError); lower replay.capacity, "
+              f"replay.batch_size or the model size; {last_good_checkpoint(run_dir, fix='free memory')}", hard=True)
     except Exception as err:
-        line = fault_line(err)  # an env's NaN/inf, wrapped by the collector's worker errors
-        _close_quietly(metrics)
+        line = fault_line(err)  # an env's fault, wrapped by the collector's worker errors
         if line is None:
-            raise
-        print(f"error: {line}; {last_good_checkpoint(run_dir, fix='fix the env')}", file=sys.stderr)
-        _exit_now(1)  # the worker that raised is gone: the collector's own teardown is done
+            _close_quietly(metrics)
+            raise  # a defect of the app: Hydra prints the traceback
+        # the worker that raised is gone: the collector's own teardown is done
+        _fail(run_dir, metrics, f"{line}; {last_good_checkpoint(run_dir, fix='fix the env')}", hard=True)
     except BaseException:
         _close_quietly(metrics)
         raise
@@ -103,6 +100,16 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     outputs = "metrics.jsonl, checkpoints/, videos/" + (", wandb/ (offline: `wandb sync` uploads)"
                                                          if wandb_offline else "")
     print(f"run dir: {run_dir} ({outputs})")
+
+
+def quiet_resource_tracker() -> None:
+    """After an error's hard exit (_exit_now), multiprocessing's resource tracker unlinks the shared
+    semaphores the collector left and warns about each batch ("leaked semaphore objects"): noise
+    under the run's one error line. Its process inherits this filter (set before it starts)."""
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if quiet not in current:
+        os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
 
 
 def connect_ranks(config: Config):
@@ -132,6 +139,21 @@ def last_good_checkpoint(run_dir: str, fix: str = "free space") -> str:
     step = int(checkpoint.NAME.match(newest.name).group(1))
     return (f"last good checkpoint: {newest} (env step {step}); {fix}, then resume={directory} "
             "continues the run")
+
+
+def _fail(run_dir: str, metrics: MetricsLogger | None, line: str, code: int = 1, hard: bool = False) -> NoReturn:
+    """One `error:` line on the terminal; the traceback in the run dir's train.log (and on the terminal
+    with HYDRA_FULL_ERROR=1). `hard`: exit without the interpreter's teardown (_exit_now)."""
+    _close_quietly(metrics)
+    trace = traceback.format_exc()
+    with contextlib.suppress(OSError), open(os.path.join(run_dir, "train.log"), "a") as log:
+        log.write(f"error: {line}\n{trace}\n")
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        print(trace, file=sys.stderr)
+    print(f"error: {line}", file=sys.stderr)
+    if hard:
+        _exit_now(code)
+    sys.exit(code)
 
 
 def _exit_now(code: int) -> None:

@@ -44,6 +44,10 @@ class CollectorConfig:
     transport: str = "process_slot"  # process_slot | thread (driver-side, for debugging)
     policy_sync_every: int = 1  # learner updates between weight pushes to the inference server
     device: str = "auto"  # inference device: auto = cuda if available else cpu
+    # An env worker inside one step() or reset() this long ends the run naming it (a simulator
+    # deadlock, a stalled network env); null waits forever. 300 s: far above any env's step, a Crafter
+    # or DMC reset, or a first render that builds its GL context, even on a busy machine.
+    env_timeout_s: Optional[float] = 300.0
 
     def __post_init__(self) -> None:
         _check(_is_int(self.num_envs) and self.num_envs >= 1, "collector.num_envs",
@@ -62,6 +66,8 @@ class CollectorConfig:
                f"allowed values are {', '.join(TRANSPORTS)} (got {self.transport!r})")
         _check(self.policy_sync_every >= 1, "collector.policy_sync_every",
                f"must be >= 1 (got {self.policy_sync_every})")
+        _check(self.env_timeout_s is None or self.env_timeout_s > 0, "collector.env_timeout_s",
+               f"must be > 0 seconds, or null to wait forever (got {self.env_timeout_s})")
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                "collector.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
 

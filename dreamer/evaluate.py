@@ -16,8 +16,12 @@ an env that also renders pixels, so they get a video too.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +32,10 @@ from torchrl.envs.utils import step_mdp
 
 from collectors.envs import env_factory
 from collectors.specs import env_spec
+from collectors.watchdog import CollectorFault, ProcessWatchdog
 from dreamer.agent import DreamerAgent
 from dreamer.disk import writing
+from dreamer.env_config import task_name
 from dreamer.policy import build_acting_policy, primer_factory
 
 OPEN_LOOP_CONTEXT = 5  # observed frames before the model imagines on its own (paper figure: 5)
@@ -49,17 +55,25 @@ class EvalResult:
 
 class Evaluator:
     def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None,
-                 sample_actions: bool = False):
+                 sample_actions: bool = False, env_timeout_s: float | None = None):
         self.agent, self.video = agent, video
         self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
         primer = primer_factory(wm_cfg, agent.action_dim)
+        # An env stuck in step() or reset() for env_timeout_s ends the run naming it (as a collector's)
+        handle, self.heartbeat = tempfile.mkstemp(prefix="dreamer-eval-heartbeat-")
+        os.close(handle)
+        make = functools.partial(env_factory, env_cfg, seed=seed, extra_transform=primer, heartbeat=self.heartbeat)
         # (renders on MuJoCo's default GPU: this process imported dm_control at start-up)
         if video and env_cfg.obs == "proprio":  # render only for the video: the fast visuals will do
-            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, obs="both", fast_visuals=True)()
+            self.env = make(obs="both", fast_visuals=True)()
         elif video and env_cfg.obs == "symbolic":  # a grid of codes: the video shows the env's renders
-            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer, render_pixels=True)()
+            self.env = make(render_pixels=True)()
         else:
-            self.env = env_factory(env_cfg, seed=seed, extra_transform=primer)()
+            self.env = make()()
+        name = getattr(env_cfg, "name", None) or task_name(  # EnvConfig's, or a plain mapping's
+            env_cfg.get("suite", "dmc"), env_cfg.get("domain"), env_cfg.get("task"), env_cfg.get("id"))
+        self.watchdog = ProcessWatchdog([], heartbeats=[(self.heartbeat, f"the evaluation env ({name})")],
+                                        env_timeout_s=env_timeout_s).start()
         # the policy's mode, or (eval.sample_actions, the official way) a sample
         self.policy = build_acting_policy(agent.nets, explore=sample_actions)
         self.max_steps = env_spec(env_cfg).max_steps + 1
@@ -67,7 +81,8 @@ class Evaluator:
     def run(self, episodes: int, video_dir: Path | None = None, tag: str = "") -> EvalResult:
         result = EvalResult([], [])
         for episode in range(episodes):
-            traj = self._episode()
+            with self.watchdog.guard():
+                traj = self._episode()
             result.returns.append(float(traj["next", "reward"].sum()))
             result.lengths.append(traj.shape[0])
             if episode == 0 and self.video and video_dir is not None:
@@ -99,7 +114,11 @@ class Evaluator:
         return videos
 
     def close(self) -> None:
-        self.env.close()
+        self.watchdog.stop()
+        with contextlib.suppress(OSError):
+            os.remove(self.heartbeat)
+        if self.watchdog.fault is None:  # else it is stuck inside: closing would wait for it
+            self.env.close()
 
 
 @torch.no_grad()
@@ -221,7 +240,7 @@ def evaluate_checkpoint(state: dict, config, out_dir: Path) -> EvalResult:
     agent = build_agent(config.world_model, config.learner, obs, spec.action_dim, device, discrete=spec.discrete)
     agent.loss.load_state_dict(state["loss"])
     evaluator = Evaluator(agent, env, config.world_model, seed=config.seed + 2_000_000, video=config.eval.video,
-                          sample_actions=config.eval.sample_actions)
+                          sample_actions=config.eval.sample_actions, env_timeout_s=config.collector.env_timeout_s)
     try:
         return evaluator.run(config.eval.episodes, out_dir, tag=f"{state['frames']:09d}")
     finally:
@@ -240,7 +259,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"evaluating the checkpoint at {state['frames']} env steps ({state['updates']} updates) on {env.name} "
           f"({env.obs}): {config.eval.episodes} episode(s), "
           f"{'sampled' if config.eval.sample_actions else 'mode'} actions")
-    result = evaluate_checkpoint(state, config, out_dir)
+    try:
+        result = evaluate_checkpoint(state, config, out_dir)
+    except CollectorFault as err:  # the env hung
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        os._exit(1)  # the stuck env may hold what an orderly exit would wait on
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths)):
         print(f"episode {i}: return {ret:.1f} ({length} steps)")
     std = float(np.std(result.returns))

@@ -254,7 +254,8 @@ class _Loop:
         if self.evaluator is None:
             self.evaluator = Evaluator(self.t.agent, cfg.env, cfg.world_model, seed=cfg.seed + 1_000_000,
                                        video=cfg.eval.video, stop=self.stop,
-                                       sample_actions=cfg.eval.sample_actions)
+                                       sample_actions=cfg.eval.sample_actions,
+                                       env_timeout_s=cfg.collector.env_timeout_s)
         self.last_eval = frames
         result = self.evaluator.run(cfg.eval.episodes, self.t.run_dir / "videos", tag=f"{frames:09d}")
         tqdm.write(f"eval at {frames} env steps: return {result.mean_return:.1f} over {len(result.returns)} episode(s)")

@@ -5,8 +5,11 @@ dreamer/checkpoint.py). The loop that drives it is dreamer/loop.py.
 from __future__ import annotations
 
 import contextlib
+import os
 import logging
 import random
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -157,9 +160,12 @@ class Trainer:
         remaining = cfg.collector.total_frames - self.frames
         self.collect_budget = self.tracker.frames + -(-remaining // self.world.size)  # this rank's
         self.records = ReplayRecords(self.obs.keys, self.context, stats=self.spec.stats)
+        self.heartbeat_dir = tempfile.mkdtemp(prefix="dreamer-heartbeats-")  # removed in stop_collector
+        self.heartbeats = [(os.path.join(self.heartbeat_dir, str(first + i)), f"env worker {first + i} ({cfg.env.name})")
+                           for i in range(col.num_envs)]
         self.collector = build_collector(
             [env_factory(cfg.env, seed=cfg.seed * 10_000 + first + i + self.frames, extra_transform=primer,
-                         worker=first + i,
+                         worker=first + i, heartbeat=self.heartbeats[i][0], error_log=str(self.run_dir / "train.log"),
                          render_device=placement.render_device(first + i, cfg.env.render_devices, gpus,
                                                                self.local_rank))
              for i in range(col.num_envs)],
@@ -179,7 +185,7 @@ class Trainer:
             self.collector.start()
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
-        self.watchdog = ProcessWatchdog(started).start()
+        self.watchdog = ProcessWatchdog(started, heartbeats=self.heartbeats, env_timeout_s=col.env_timeout_s).start()
 
     def hold_collection(self, hold: bool) -> None:
         """Pause (True) or resume (False) the collector; idempotent. A no-op once it is stopped."""
@@ -189,12 +195,17 @@ class Trainer:
         if hold and self._paused is None and self.frames < self.config.collector.total_frames:
             stack = contextlib.ExitStack()
             with self.watchdog.guard():
-                stack.enter_context(self.collector.pause(timeout=60))
+                stack.enter_context(self.collector.pause(timeout=self.pause_timeout_s()))
             self._paused = stack
         elif not hold and self._paused is not None:
             paused, self._paused = self._paused, None
             with self.watchdog.guard():
                 paused.close()
+
+    def pause_timeout_s(self) -> float | None:
+        """Longer than collector.env_timeout_s: a stuck env is the watchdog's to name, not the pause's."""
+        limit = self.config.collector.env_timeout_s
+        return None if limit is None else max(60.0, limit + 30.0)
 
     @contextlib.contextmanager
     def collection_paused(self):
@@ -220,6 +231,7 @@ class Trainer:
         if self.collector is None or self.collector_stopped:
             return
         self.collector_stopped = True
+        shutil.rmtree(self.heartbeat_dir, ignore_errors=True)
         # kill: another rank is gone and torchrun is about to SIGTERM this rank's process group, so
         # a worker may die holding a lock the orderly shutdown then waits on forever (seen).
         if kill or self.watchdog.fault is not None:  # a process died: shutdown() could block on its locks

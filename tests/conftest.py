@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_train(*overrides: str, timeout: float = 300, cwd: Path = ROOT, env_extra: dict | None = None):
     """Runs `python train.py <overrides>` as a user would; returns the CompletedProcess."""
-    env = dict(os.environ, HYDRA_FULL_ERROR="0", WANDB_SILENT="true", **(env_extra or {}))
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "WANDB_SILENT": "true", **(env_extra or {})}
     return subprocess.run(
         [sys.executable, str(ROOT / "train.py"), *overrides],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,

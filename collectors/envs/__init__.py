@@ -21,11 +21,15 @@ def make_env(env_cfg: dict, seed: int, extra_transform=None):
     from collectors.envs.guard import FiniteGuard
     from dreamer.env_config import task_name
 
-    env = _make_env(env_cfg, seed, extra_transform)
     worker = env_cfg.get("worker")
     name = task_name(env_cfg.get("suite", "dmc"), env_cfg.get("domain"), env_cfg.get("task"), env_cfg.get("id"))
     where = f"env worker {worker} ({name})" if worker is not None else f"the evaluation env ({name})"
+    env = _make_env(dict(env_cfg, where=where), seed, extra_transform)
     env.append_transform(FiniteGuard(["observation"], where, env_cfg.get("nonfinite", "error")))
+    if env_cfg.get("heartbeat"):
+        from collectors.envs.heartbeat import Heartbeat
+
+        env.append_transform(Heartbeat(env_cfg["heartbeat"]))
     return env
 
 
@@ -48,7 +52,10 @@ def _make_env(env_cfg: dict, seed: int, extra_transform=None):
         from collectors.envs.crafter import make_gymnasium
     else:
         raise ValueError(f"env.suite: unknown suite {suite!r}")
-    return to_torchrl(make_gymnasium(env_cfg, seed), seed, extra_transform)
+    from collectors.envs.guard import EnvErrors
+
+    env = EnvErrors(make_gymnasium(env_cfg, seed), env_cfg.get("where", suite), env_cfg.get("error_log"))
+    return to_torchrl(env, seed, extra_transform)
 
 
 def _plain(env_cfg) -> dict:
@@ -64,18 +71,22 @@ def _plain(env_cfg) -> dict:
 
 def env_factory(env_cfg, seed: int, extra_transform=None, obs: str | None = None,
                 fast_visuals: bool | None = None, render_device: int | None = None, render_pixels: bool = False,
-                worker: int | None = None):
+                worker: int | None = None, heartbeat: str | None = None, error_log: str | None = None):
     """A picklable zero-argument factory, as the collector's worker processes need.
 
     `obs` and `fast_visuals` override env_cfg (evaluation renders pixels for videos of vector-
     observation runs: obs="both"); `render_device`: the GPU a DMC env renders on; `render_pixels`: a
     symbolic gym env adds its rgb_array frames as `pixels` (videos; the agent does not read them);
-    `worker`: the collector's env index, for error messages (None: the evaluation env).
+    `worker`: the collector's env index, for error messages (None: the evaluation env); `heartbeat`:
+    a file the env marks each step and reset in (collectors/envs/heartbeat.py); `error_log`: where a
+    Gymnasium env's exception leaves its traceback (collectors/envs/guard.py EnvErrors).
     """
     cfg = _plain(env_cfg)
     cfg["render_device"] = render_device
     cfg["render_pixels"] = render_pixels
     cfg["worker"] = worker
+    cfg["heartbeat"] = heartbeat
+    cfg["error_log"] = error_log
     if obs is not None:
         cfg["obs"] = obs
     if fast_visuals is not None:

@@ -11,27 +11,82 @@ sampling error deep inside the policy. env.nonfinite picks what happens:
 """
 from __future__ import annotations
 
+import contextlib
 import re
+import traceback
 
+import gymnasium
 import torch
 from torchrl.data import Unbounded
 from torchrl.envs import Transform
 
 COUNT_KEY = "nonfinite"
 MODES = ("error", "zero")
-MARK = "env.nonfinite: "  # how dreamer/app.py finds the message inside the collector's wrapped errors
+# How dreamer/app.py finds an env fault's message inside the collector's wrapped errors (messages
+# hold no quotes: the collector may pass them on as the repr of the worker's error).
+MARK = "env.nonfinite: "
+SPEC_MARK = "env spec changed: "
 
 
 class NonFiniteEnvData(RuntimeError):
     pass
 
 
+# EnvRaised's message: "env worker 1 (gym_X) raised ValueError: ..." (or "the evaluation env (...)")
+RAISED = r"(?:env worker \d+|the evaluation env) \([^)]*\) raised \w+: "
+
+
+class EnvSpecChanged(RuntimeError):
+    """An observation that does not fit the space the env declared at start-up (collectors/envs/gym.py)."""
+
+
+class EnvRaised(RuntimeError):
+    pass
+
+
+class EnvErrors(gymnasium.Wrapper):
+    """An exception from a Gymnasium env's step() or reset() (the user's code, a simulator) becomes one
+    that names the env and its env step; its traceback is appended to `log` (the run's train.log),
+    because the collector passes on only the exception's repr from its worker process."""
+
+    def __init__(self, env: gymnasium.Env, where: str, log: str | None = None):
+        super().__init__(env)
+        self.where, self.log, self.steps = where, log, 0
+
+    def step(self, action):
+        self.steps += 1
+        try:
+            return self.env.step(action)
+        except Exception as err:
+            raise self._named(err, f"step() at env step {self.steps}") from err
+
+    def reset(self, **kwargs):
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as err:
+            raise self._named(err, f"reset() after env step {self.steps}") from err
+
+    def _named(self, err: Exception, call: str) -> Exception:
+        if isinstance(err, EnvSpecChanged):  # already names everything
+            return err
+        where = ""
+        if self.log is not None:
+            with contextlib.suppress(OSError), open(self.log, "a") as f:
+                f.write(f"{self.where} raised in {call}:\n{traceback.format_exc()}\n")
+            where = f"; its traceback: {self.log}"
+        # no quotes or backslashes: the collector passes the message on inside a repr
+        text = str(err).translate({ord(c): " " for c in "'\"\\\n"}).strip()
+        return EnvRaised(f"{self.where} raised {type(err).__name__}: {text} in {call}{where}")
+
+
 def fault_line(err: BaseException) -> str | None:
-    """The guard's message, if `err` (or what it wraps, even as text) is one, else None."""
+    """An env fault's message (a guard's, EnvSpecChanged's or EnvRaised's), if `err` (or what it wraps, even as
+    text) is one, else None."""
+    marks = "|".join([re.escape(MARK), re.escape(SPEC_MARK), RAISED])
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        found = re.search(re.escape(MARK) + r"[^'\"\\]*", str(err))
+        found = re.search(f"(?:{marks})" + r"[^'\"\\]*", str(err))
         if found:
             return found.group(0).rstrip(".) ")
         err = err.__cause__ or err.__context__

@@ -21,6 +21,7 @@ import gymnasium
 import numpy as np
 
 from collectors.envs.common import ActionRepeat, check_action_space, resize
+from collectors.envs.guard import SPEC_MARK, EnvSpecChanged
 
 NO_TIME_LIMIT_STEPS = 100_000  # evaluation's cap for an env registered without a time limit
 # Packages whose import registers these ids, so that env.id=MiniGrid-Empty-8x8-v0 works as it is.
@@ -102,11 +103,17 @@ def _flat(space: gymnasium.Space, value) -> np.ndarray:
 
 
 class DreamerObservation(gymnasium.ObservationWrapper):
-    """The env's observation -> {"pixels"?, "observation"?} as env.obs asks (module docstring)."""
+    """The env's observation -> {"pixels"?, "observation"?} as env.obs asks (module docstring).
 
-    def __init__(self, env: gymnasium.Env, obs: str, size: int, name: str, render: bool = False):
+    Each part it reads is checked against the env's observation space first (an env whose
+    observations change shape mid-run would otherwise fail deep inside torchrl): an error naming the
+    key, the env (`where`), its env step and the shapes or dtypes.
+    """
+
+    def __init__(self, env: gymnasium.Env, obs: str, size: int, name: str, render: bool = False,
+                 where: str | None = None):
         super().__init__(env)
-        self.size = size
+        self.size, self.where, self.steps = size, where or name, 0
         layout = _layout(env.observation_space, name)
         self.text_keys = tuple(layout.text)
         has_image, has_vector = layout.image is not None, bool(layout.vectors)
@@ -134,17 +141,41 @@ class DreamerObservation(gymnasium.ObservationWrapper):
     def _space(self, key):
         return self.env.observation_space if key == "" else self.env.observation_space[key]
 
+    def step(self, action):
+        self.steps += 1
+        return super().step(action)
+
+    def _part(self, observation, key: str):
+        """One entry of the observation, checked against its space."""
+        value = observation if key == "" else observation[key]
+        space, name = self._space(key), "the observation" if key == "" else f"observation entry {key}"
+        if isinstance(space, gymnasium.spaces.Discrete):
+            if not (np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.integer)
+                    and space.start <= int(value) < space.start + space.n):
+                raise EnvSpecChanged(self._fault(f"{name} is {value!r}, outside its space {space}"))
+            return value
+        value = np.asarray(value)
+        if value.shape != space.shape:
+            raise EnvSpecChanged(self._fault(f"{name} has shape {value.shape}; its space says {space.shape}"))
+        if key == self.image_key and value.dtype != space.dtype:  # pixels: uint8 as the space promised
+            raise EnvSpecChanged(self._fault(f"{name} has dtype {value.dtype}; its space says {space.dtype}"))
+        return value
+
+    def _fault(self, what: str) -> str:
+        when = f"env step {self.steps}" if self.steps else "a reset"
+        return f"{SPEC_MARK}{what}, from {self.where} at {when}"
+
     def observation(self, observation):
         out = {}
         if self.image_key is not None:
-            image = np.asarray(observation if self.image_key == "" else observation[self.image_key])
+            image = self._part(observation, self.image_key)
             image = image if image.ndim == 3 else image[..., None]
             out["pixels"] = resize(np.ascontiguousarray(image[..., :3]), self.size)
         if self.rendered:
             out["pixels"] = resize(np.ascontiguousarray(self.env.render()[..., :3]), self.size)
         if self.vector_keys:
             out["observation"] = np.concatenate(
-                [_flat(self._space(k), observation if k == "" else observation[k]) for k in self.vector_keys])
+                [_flat(self._space(k), self._part(observation, k)) for k in self.vector_keys])
         return out
 
 
@@ -182,6 +213,6 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
     limit = _time_limit(env)
     if cfg["action_repeat"] > 1:
         env = ActionRepeat(env, cfg["action_repeat"])
-    env = DreamerObservation(env, cfg["obs"], cfg["image_size"], name, render=render)
+    env = DreamerObservation(env, cfg["obs"], cfg["image_size"], name, render=render, where=cfg.get("where"))
     env.max_steps = math.ceil(limit / cfg["action_repeat"]) if limit else NO_TIME_LIMIT_STEPS
     return env
