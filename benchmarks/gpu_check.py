@@ -62,7 +62,7 @@ def commands(dry: bool, work: Path) -> dict[str, list[str]]:
         train = ["experiment=seed_pixel_64env", "collector.num_envs=16", "collector.frames_per_batch=1024",
                  "collector.inference_static_batch_size=16", "replay.batch_size=16", "replay.batch_length=64",
                  "replay.capacity=200000", "learner.prefill_frames=2048", "logger.every=2048"]
-    train += ["logger.backend=none", "eval.every=0", "checkpoint.every=0", "checkpoint.replay=false",
+    train += ["logger.backends=[]", "eval.every=0", "checkpoint.every=0", "checkpoint.replay=false",
               "collector.total_frames=100000000", f"hydra.run.dir={work / 'train'}"]
     return {
         "environment": py + ["-m", "benchmarks.gpu_check", "--environment"],

@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = validate(compose(config_name="config", overrides=[
             f"env.domain={domain}", f"env.task={task}", f"env.obs={args.obs}", f"world_model={args.size}",
-            f"collector.num_envs={args.num_envs}", "logger.backend=none"]))
+            f"collector.num_envs={args.num_envs}", "logger.backends=[]"]))
     modes: list[int | None] = [None]
     if args.static:
         if torch.cuda.is_available():

@@ -243,7 +243,7 @@ def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
 
 def make_logger(config: Config, run_dir: str, run_id: str | None = None) -> MetricsLogger:
     log = config.logger
-    return MetricsLogger(run_dir, backend=log.backend, mode=log.mode, project=log.project,
+    return MetricsLogger(run_dir, backends=list(log.backends), mode=log.mode, project=log.project,
                          group=log.group or sweep_group(), run_id=run_id,
                          config=OmegaConf.to_container(OmegaConf.structured(config)))
 

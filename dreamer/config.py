@@ -11,7 +11,7 @@ import os
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -200,17 +200,22 @@ class ReplayConfig:
                f"must be > replay.batch_length={self.batch_length} (got {self.capacity})")
 
 
+LOGGER_BACKENDS = ("wandb", "tensorboard")
+
+
 @dataclass
 class LoggerConfig:
-    backend: str = "wandb"  # wandb | none
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "dreamer-app"
-    group: Optional[str] = None  # multirun jobs of one sweep share a group
+    # where metrics go besides the run dir's metrics.jsonl: any of wandb, tensorboard ([] = the file only)
+    backends: List[str] = field(default_factory=lambda: ["wandb"])
+    mode: str = "offline"  # wandb's: offline | online | disabled
+    project: str = "dreamer-app"  # wandb's
+    group: Optional[str] = None  # wandb's: multirun jobs of one sweep share a group
     every: int = 1000  # env steps between metric logs
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("wandb", "none"), "logger.backend",
-               f"allowed values are wandb, none (got {self.backend!r})")
+        unknown = [b for b in self.backends if b not in LOGGER_BACKENDS]
+        _check(not unknown, "logger.backends",
+               f"allowed values are {', '.join(LOGGER_BACKENDS)} (got {', '.join(map(repr, unknown))})")
         _check(self.mode in ("offline", "online", "disabled"), "logger.mode",
                f"allowed values are offline, online, disabled (got {self.mode!r})")
         _check(self.every >= 1, "logger.every", f"must be >= 1 (got {self.every})")

@@ -1,7 +1,9 @@
-"""Run metrics: a local JSONL file (readable without wandb) and, optionally, wandb.
+"""Run metrics: a local JSONL file (readable without wandb), and the backends of logger.backends:
 
-wandb runs offline by default: no account or network; the run lands in `<run dir>/wandb/` and
-`wandb sync <run dir>/wandb/offline-run-*` uploads it later.
+  wandb        offline by default: no account or network; the run lands in `<run dir>/wandb/` and
+               `wandb sync <run dir>/wandb/offline-run-*` uploads it later
+  tensorboard  event files in `<run dir>/tensorboard/` (dreamer/tensorboard.py): the same scalars,
+               the videos and the composed config; `tensorboard --logdir outputs` shows every run
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dreamer.disk import writing
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, backend: str = "wandb", mode: str = "offline",
+    def __init__(self, run_dir: str | Path, backends: tuple[str, ...] | list[str] = ("wandb",), mode: str = "offline",
                  project: str = "dreamer-app", group: str | None = None, config: dict | None = None,
                  run_id: str | None = None, name: str | None = None):
         self.run_dir = Path(run_dir)
@@ -23,9 +25,13 @@ class MetricsLogger:
         self.path = self.run_dir / "metrics.jsonl"
         self._file = open(self.path, "a", buffering=1)  # line-buffered: readable while running
         self._episodes = open(self.run_dir / "episodes.jsonl", "a", buffering=1)  # one line per episode
-        self.wandb_run = None
-        if backend == "wandb" and mode != "disabled":
+        self.wandb_run = self.tensorboard = None
+        if "wandb" in backends and mode != "disabled":
             self.wandb_run = _init_wandb(self.run_dir, mode, project, group, config, run_id, name)
+        if "tensorboard" in backends:
+            from dreamer.tensorboard import TensorBoardWriter
+
+            self.tensorboard = TensorBoardWriter(self.run_dir / "tensorboard", config)
 
     @property
     def run_id(self) -> str | None:
@@ -37,6 +43,8 @@ class MetricsLogger:
             self._file.write(json.dumps({"step": step, **clean}) + "\n")
         if self.wandb_run is not None:
             self.wandb_run.log(clean, step=step)
+        if self.tensorboard is not None:
+            self.tensorboard.scalars(step, clean)
 
     def log_episodes(self, step: int, episodes: list[tuple[float, int]], stats: list[dict] | None = None) -> None:
         """Finished training episodes (return, length), each at the env step it was seen, with the
@@ -56,11 +64,19 @@ class MetricsLogger:
             import wandb
 
             self.wandb_run.log({k: wandb.Video(str(v), format="mp4") for k, v in videos.items()}, step=step)
+        if self.tensorboard is not None:
+            self.tensorboard.videos(step, videos)
 
     def close(self) -> None:
         """Closes the files and wandb (idempotent). A file that cannot be flushed (a full disk)
         does not keep the others or wandb open: the first such error is raised after all closed."""
         failed = None
+        if self.tensorboard is not None:
+            writer, self.tensorboard = self.tensorboard, None
+            try:
+                writer.close()
+            except OSError as err:
+                failed = err
         for f in (self._file, self._episodes):
             try:
                 with writing(f.name):

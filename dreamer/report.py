@@ -173,7 +173,7 @@ class SweepSummary(Callback):
             print(f"sweep summary: {err}", file=sys.stderr)
             return
         logger = config.logger
-        if logger.backend == "wandb" and logger.mode != "disabled":
+        if "wandb" in logger.backends and logger.mode != "disabled":
             log_to_wandb(summary, sweep_dir, logger, logger.group or sweep_group_name(sweep_dir))
         print(f"\nsweep summary ({sweep_dir}/summary.md, summary.png):\n{table}")
 

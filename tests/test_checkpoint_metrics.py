@@ -52,7 +52,7 @@ def test_empty_directory_has_clear_error(tmp_path):
 
 
 def test_metrics_file_and_offline_wandb(tmp_path):
-    logger = MetricsLogger(tmp_path, backend="wandb", mode="offline", config={"seed": 1}, group="sweep-a")
+    logger = MetricsLogger(tmp_path, backends=["wandb"], mode="offline", config={"seed": 1}, group="sweep-a")
     run_id = logger.run_id
     logger.log(10, {"loss": torch.tensor(1.5), "return": 3, "nan": float("nan")})
     logger.log(20, {"loss": 1.0})
@@ -65,7 +65,7 @@ def test_metrics_file_and_offline_wandb(tmp_path):
 
 
 def test_metrics_without_wandb(tmp_path):
-    logger = MetricsLogger(tmp_path, backend="none")
+    logger = MetricsLogger(tmp_path, backends=[])
     logger.log(1, {"x": 2})
     logger.close()
     assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 1, "x": 2.0}]

@@ -146,7 +146,7 @@ def test_checkpoint_disk_full_as_torch_reports_it_is_recognised(tmp_path, monkey
 
 def test_metrics_on_a_full_disk_is_disk_full_error_naming_the_file(tmp_path):
     with small_tmpfs(tmp_path / "fs", "64k") as fs:
-        logger = MetricsLogger(fs, backend="none")
+        logger = MetricsLogger(fs, backends=[])
         fill(fs)
         with pytest.raises(DiskFullError) as err:
             for step in range(10_000):  # the file's buffer takes a few lines first
