@@ -36,7 +36,7 @@ TRANSPORTS = ("process_slot", "thread")
 
 @dataclass
 class CollectorConfig:
-    num_envs: int = 4
+    num_envs: int = 4  # env worker processes (all ranks together in a data-parallel run)
     frames_per_batch: int = 64  # env frames per collector iteration (all envs together)
     total_frames: int = 1_000_000  # env steps (agent steps; frames = steps x env.action_repeat)
     transition_chunk_size: Any = "auto"  # int >= 1 or "auto"
@@ -82,7 +82,7 @@ class CollectorConfig:
 class WorldModelConfig:
     """Network sizes (world model, actor, critic). Presets: the official sizes size1m..size400m,
     and the 2023 paper's xs..xl (conf/world_model/)."""
-    size: str = "s"
+    size: str = "s"  # the preset's name, for logs (the sizes are the keys below)
     deter: int = 512  # GRU (deterministic) state size
     hidden: int = 512  # hidden units inside the RSSM
     stoch: int = 32  # number of categorical latents
@@ -90,7 +90,7 @@ class WorldModelConfig:
     blocks: int = 8  # block-diagonal GRU groups
     unimix: float = 0.01  # uniform mixture of the latent categoricals (and of a discrete actor)
     cnn_depth: int = 32  # channels of the first conv stage; stage i has cnn_depth x cnn_mults[i]
-    cnn_mults: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    cnn_mults: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # channel multiplier per conv stage
     mlp_units: int = 512  # units of every MLP: vector encoder/decoder, heads, actor, critic
     mlp_layers: int = 2  # hidden layers of the vector encoder and decoder
     head_layers: int = 2  # hidden layers of the reward and continue heads
@@ -125,8 +125,8 @@ class LearnerConfig:
     actor_grad: str = "reinforce"
     lr: float = 4e-5  # every part's learning rate unless overridden below
     model_lr: Optional[float] = None  # null: lr
-    actor_lr: Optional[float] = None
-    critic_lr: Optional[float] = None
+    actor_lr: Optional[float] = None  # null: lr
+    critic_lr: Optional[float] = None  # null: lr
     eps: float = 1e-20  # LaProp epsilon
     agc: float = 0.3  # adaptive gradient clipping: update norm <= agc x parameter norm, per tensor
     lr_warmup_steps: int = 1000  # updates of linear learning-rate warm-up
@@ -134,14 +134,14 @@ class LearnerConfig:
     loss_rep: float = 0.1  # KL(posterior || sg(prior))
     loss_repval: float = 0.3  # value loss on replayed trajectories (trains the world model too)
     free_nats: float = 1.0  # KL terms are clipped below this
-    imagination_horizon: int = 15
+    imagination_horizon: int = 15  # imagined steps per start state for the actor and critic
     gamma: float = 0.997  # official: 1 - 1/333
-    lmbda: float = 0.95
-    entropy_coef: float = 3e-4
+    lmbda: float = 0.95  # lambda of the lambda-returns
+    entropy_coef: float = 3e-4  # actor entropy bonus (on returns scaled to about [0, 1])
     compile: Any = "auto"  # auto | true | false | regional (hot regions only: dreamer/regional.py)
-    cudagraph: Any = "auto"
-    bf16: Any = "auto"
-    device: str = "auto"
+    cudagraph: Any = "auto"  # auto (on with CUDA) | true | false: capture the update in a CUDA graph
+    bf16: Any = "auto"  # auto (on with CUDA) | true | false: bf16 autocast in the update
+    device: str = "auto"  # learner device: auto = cuda if available else cpu | cpu | cuda | cuda:N
     max_nonfinite_updates: int = 10  # stop after this many non-finite updates in a row
 
     def __post_init__(self) -> None:
@@ -224,8 +224,8 @@ class LoggerConfig:
 @dataclass
 class EvalConfig:
     every: int = 10_000  # env steps between evaluations; 0 = never
-    episodes: int = 1
-    video: bool = True
+    episodes: int = 1  # episodes per evaluation (the mean return is logged)
+    video: bool = True  # an mp4 of the first episode (and the world model's open-loop prediction)
     sample_actions: bool = False  # sample the policy (the official evaluates so) instead of its mode
 
     def __post_init__(self) -> None:
@@ -236,7 +236,7 @@ class EvalConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 50_000  # env steps between checkpoints; 0 = only at the end
-    keep: int = 2
+    keep: int = 2  # newest checkpoints kept in <run dir>/checkpoints
     replay: bool = True  # include the replay buffer (resume continues with the same data)
     replay_max_gb: float = 4.0  # a bigger replay is left out of checkpoints (with a warning)
     resume: Optional[str] = None  # a checkpoint file or a run's checkpoints/ dir (newest wins)
@@ -259,7 +259,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    seed: int = 0
+    seed: int = 0  # seeds torch, the envs and the replay sampler
     resume: Optional[str] = None  # short for checkpoint.resume
 
     def __post_init__(self) -> None:

@@ -18,8 +18,8 @@ class EnvConfig:
     task: str = "walk"  # dmc: the task; atari: the game (pong); crafter: reward | noreward
     id: Optional[str] = None  # gym: a registered Gymnasium env id (CartPole-v1)
     obs: str = "pixels"  # pixels | proprio (a vector observation) | both | symbolic (gym: an image of codes as numbers)
-    image_size: int = 64
-    action_repeat: int = 2
+    image_size: int = 64  # pixels: frames are resized to image_size x image_size
+    action_repeat: int = 2  # env frames per agent step (frames = steps x action_repeat)
     camera: Optional[int] = None  # dmc, null: DreamerV3's choice (2 for quadruped, else 0)
     # dmc: shadows, reflections, multisampling off and a small offscreen buffer: several times faster
     # CPU rendering, but different images, so not for comparisons with published runs.
