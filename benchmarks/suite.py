@@ -195,26 +195,33 @@ def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float)
 
 
 def plot(rows: list[dict], curves: dict, path: Path) -> None:
+    """One panel per task: the seeds' eval returns (median and range, dreamer/curves.py), the
+    official median and band for DMC tasks, the random policy and the stated reference as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmarks.learning import REFERENCE_DIR
+    from dreamer.curves import draw, reference_curves
+
     cols = min(4, len(rows))
-    fig, axes = plt.subplots((len(rows) + cols - 1) // cols, cols, figsize=(3.6 * cols, 2.8 * ((len(rows) + cols - 1) // cols)),
-                             squeeze=False)
+    lines = (len(rows) + cols - 1) // cols
+    fig, axes = plt.subplots(lines, cols, figsize=(3.8 * cols, 3.0 * lines), squeeze=False)
     for ax, row in zip(axes.flat, rows):
-        for seed, c in curves[row["task"]].items():
-            ax.plot(c["xs"], c["ys"], marker=".", label=f"seed {seed}")
-        ax.axhline(row["random"], color="gray", linestyle="--", label="random")
-        if row["reference"]:
-            ax.axhline(row["reference"]["value"], color="green", linestyle=":", label="reference")
+        official = REFERENCE_DIR / f"dmc_proprio_{row['task']}.json"
+        draw(ax, list(curves[row["task"]].values()),
+             reference_curves(official, f"dmc_{row['task']}") if official.exists() else None, label="experiment=cpu")
+        ax.axhline(row["random"], color="tab:red", linestyle=":", label="random policy")
+        if row["reference"] and not official.exists():
+            ax.axhline(row["reference"]["value"], color="tab:green", linestyle="--", label="solved")
         ax.set_title(row["task"], fontsize=9)
-        ax.set_xlabel("env frames", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.xaxis.label.set_size(8)
+        ax.yaxis.label.set_size(8)
+        ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(rows):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -2,9 +2,11 @@
 
     python -m dreamer.report SWEEP_DIR
     python -m dreamer.report compare RUN_DIR REFERENCE.json[.gz] [--budgets 100000,500000]
+    python -m dreamer.report plot RUN_DIR... [--reference SCORE_FILE] [--split eval|train] [--out curves.png]
 
 `compare` prints a run's eval curve (its scores.json) beside a reference score file in the official
-DreamerV3 format (dreamer/scores.py) at matching env-frame budgets.
+DreamerV3 format (dreamer/scores.py) at matching env-frame budgets. `plot` draws runs (seeds) of one
+task as their median and range beside a reference's median and band (dreamer/curves.py).
 
 Runs by itself at the end of every multirun (the `SweepSummary` Hydra callback in conf/config.yaml).
 Writes SWEEP_DIR/summary.{md,json,png}, prints the Markdown table and, when the runs log to wandb,
@@ -182,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "plot":
+        return plot_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
@@ -204,6 +208,24 @@ def compare_main(argv: list[str]) -> None:
         print(scores.compare(args.run_dir, args.reference, budgets))
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"error: {err}")
+
+
+def plot_main(argv: list[str]) -> None:
+    from dreamer import curves
+
+    parser = argparse.ArgumentParser(prog="python -m dreamer.report plot", description=curves.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", type=Path, nargs="+", help="runs (seeds) of one task")
+    parser.add_argument("--reference", type=Path, help="official-format score file (.json or .json.gz)")
+    parser.add_argument("--split", choices=("eval", "train"), default="eval")
+    parser.add_argument("--out", type=Path, default=Path("curves.png"))
+    args = parser.parse_args(argv)
+    try:
+        series = curves.plot(args.run_dirs, args.out, args.reference, args.split)
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f"error: {err}")
+    print(f"{args.out}: {series} series ({len(args.run_dirs)} run(s)"
+          f"{', and the reference' if args.reference else ''})")
 
 
 if __name__ == "__main__":
