@@ -254,3 +254,27 @@ def test_suite_rejects_an_unknown_task():
 
     with pytest.raises(SystemExit):
         main(["--tasks", "CartPole-v1,Pong"])
+
+
+@pytest.mark.slow
+def test_diagnose_measures_a_checkpoints_world_model_and_critic_on_fresh_episodes(tmp_path):
+    from tests.conftest import run_train
+
+    run = tmp_path / "run"
+    proc = run_train("experiment=learn_cartpole", "collector.total_frames=300", "learner.prefill_frames=100",
+                     "replay.batch_size=2", "replay.batch_length=8", "eval.every=0", "logger=none",
+                     "learner.compile=false", f"hydra.run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.diagnose", str(run), "--episodes", "2"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(line for line in out.stdout.splitlines() if "gym_CartPole-v1" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "300" and float(cells[3]) > 0  # env steps, the episodes' mean return
+    reward_mae, reward_mad = (float(x.strip("()")) for x in cells[4].split())
+    assert reward_mae >= 0 and reward_mad == 0.0  # CartPole pays 1 every step: nothing to deviate
+    assert 0 <= float(cells[5].split("/")[0]) <= 1  # the continuation head's mean where episodes go on
+    assert float(cells[7]) > 0  # a discrete policy's entropy (nats)
+    missing = subprocess.run([sys.executable, "-m", "benchmarks.diagnose", str(tmp_path / "nothing")], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "no checkpoints/" in missing.stderr
