@@ -185,7 +185,7 @@ def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
     if not path.exists():
         raise ConfigError("checkpoint", f"no such file or directory: {path}")
     state = checkpoint.load(path, required=("loss", "frames", "updates", "config"))
-    saved = dict(state["config"], resume=None)
+    saved = migrate_config(dict(state["config"], resume=None))
     saved["checkpoint"] = dict(saved["checkpoint"], resume=None)  # paths of the training machine
     # Training-machine settings that need its hardware (a GPU run's CUDA graph, static inference
     # batch): evaluation picks its own device.
@@ -208,6 +208,16 @@ def cli_config(args: list[str]) -> tuple[dict, "Config", Path]:
     _check_compatible(state["config"]["env"], config.env)
     ckpt_dir = path if path.is_dir() else path.parent
     return state, config, Path(out) if out else ckpt_dir.parent / "eval"
+
+
+def migrate_config(saved: dict) -> dict:
+    """A checkpoint's saved config in today's schema: keys renamed since it was written."""
+    logger = saved.get("logger")
+    if isinstance(logger, dict) and "backend" in logger:  # logger.backend: wandb | none -> logger.backends
+        backend = logger["backend"]
+        saved["logger"] = {k: v for k, v in logger.items() if k != "backend"}
+        saved["logger"]["backends"] = [] if backend == "none" else [backend]
+    return saved
 
 
 def _check_compatible(saved_env: dict, env) -> None:

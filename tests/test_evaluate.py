@@ -52,3 +52,14 @@ def test_a_gpu_checkpoint_config_evaluates_on_this_machine(tmp_path):
     assert config.eval.episodes == 2 and config.env.task == saved["env"]["task"]
     assert out == tmp_path / "eval" and state["updates"] == 10
     assert config.learner.device == "auto" and config.collector.device == "auto"
+
+
+def test_a_checkpoint_config_from_before_logger_backends_still_loads():
+    from dreamer.evaluate import migrate_config
+
+    old = {"logger": {"backend": "none", "mode": "disabled", "project": "p", "group": None, "every": 10}}
+    assert migrate_config(old)["logger"] == {"backends": [], "mode": "disabled", "project": "p", "group": None,
+                                             "every": 10}
+    assert migrate_config({"logger": {"backend": "wandb"}})["logger"] == {"backends": ["wandb"]}
+    current = {"logger": {"backends": ["tensorboard"]}}
+    assert migrate_config(current) == current
