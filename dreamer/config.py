@@ -142,6 +142,9 @@ class LearnerConfig:
     cudagraph: Any = "auto"  # auto (on with CUDA) | true | false: capture the update in a CUDA graph
     bf16: Any = "auto"  # auto (on with CUDA) | true | false: bf16 autocast in the update
     device: str = "auto"  # learner device: auto = cuda if available else cpu | cpu | cuda | cuda:N
+    # A CPU learner's intra-op threads: auto = torch's default (one per core, or OMP_NUM_THREADS); an
+    # int sets it. Small models beside their collector on few cores run faster on 1 (experiment=cpu).
+    threads: Any = "auto"
     max_nonfinite_updates: int = 10  # stop after this many non-finite updates in a row
 
     def __post_init__(self) -> None:
@@ -171,6 +174,8 @@ class LearnerConfig:
                f"must be >= 1 (got {self.max_nonfinite_updates})")
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"),
                "learner.device", f"allowed values are auto, cpu, cuda, cuda:N (got {self.device!r})")
+        _check(self.threads == "auto" or (_is_int(self.threads) and self.threads >= 1), "learner.threads",
+               f"must be auto or an int >= 1 (got {self.threads!r})")
 
     def part_lr(self, part: str) -> float:
         """The learning rate of `part` (model, actor, critic)."""

@@ -65,11 +65,14 @@ class Trainer:
         env_cfg, rep = config.env, config.replay
         self.local_rank = self.world.local_rank if self.world.size > 1 else None
         torch.manual_seed(config.seed)  # the same initial weights on every rank
+        device = resolve_device(config.learner.device, self.local_rank)
+        if device == "cpu" and config.learner.threads != "auto":
+            torch.set_num_threads(config.learner.threads)
         self.spec = env_spec(env_cfg)
         self.obs = ObsSpec.from_spec(self.spec)
         self.action_dim = self.spec.action_dim
-        self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim,
-                                 resolve_device(config.learner.device, self.local_rank), discrete=self.spec.discrete)
+        self.agent = build_agent(config.world_model, config.learner, self.obs, self.action_dim, device,
+                                 discrete=self.spec.discrete)
         if self.world.size > 1:
             self.world.broadcast_module(self.agent.loss)
             self.agent.optimizer.grad_sync = self.world.average_gradients
@@ -82,7 +85,8 @@ class Trainer:
         flags = self.learner.flags
         cache = f" (compile cache: {compile_cache_dir()})" if flags.compile or flags.regional else ""
         if self.world.is_main:
-            print(f"learner: {flags.describe()}, ~{expected:,.0f} updates planned{cache}", flush=True)
+            threads = f", {torch.get_num_threads()} thread(s)" if device == "cpu" else ""
+            print(f"learner: {flags.describe()}{threads}, ~{expected:,.0f} updates planned{cache}", flush=True)
             if mkl_amd.STATUS:  # an AMD CPU with AVX-512: whether MKL runs its AVX-512 kernels
                 print(mkl_amd.STATUS, flush=True)
         self.acting = build_acting_policy(self.agent.nets)  # weight source for the inference server
