@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export MUJOCO_GL ?= egl
 
-.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-suite bench-soak gpu-wheels gpu-check clean
+.PHONY: install train sweep eval test test-fast test-compile bench-collector bench-learner bench-learning bench-suite bench-replay bench-soak gpu-wheels gpu-check clean
 
 install: $(STAMP)
 
@@ -54,6 +54,9 @@ bench-learning: install   # 3 seeds side by side: 41 min on 2 cores (measured; 4
 
 bench-suite: install      # experiment=cpu on 7 tasks x 3 seeds, 3 runs at a time (README, Results)
 	$(PY) -m benchmarks.suite $(ARGS)
+
+bench-replay: install     # replay in RAM vs on disk: sampling, checkpoint cost vs replay size, RSS
+	$(PY) -m benchmarks.replay $(ARGS)
 
 bench-soak: install       # 20 min of training, memory and processes sampled every 30 s
 	$(PY) -m benchmarks.soak $(ARGS)

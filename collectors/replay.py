@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
@@ -23,8 +24,8 @@ from torchrl.data.replay_buffers import SliceSampler
 ENV_INDEX = "env_index"  # the key AsyncBatchedCollector's workers stamp on each transition
 
 
-class CompileSafeStorage(LazyTensorStorage):
-    """torchrl's LazyTensorStorage whose length does not depend on torch.compiler.is_compiling().
+class SharedLength:
+    """A torchrl tensor storage whose length does not depend on torch.compiler.is_compiling().
 
     torchrl keeps a storage's length in a shared mp.Value, except while "compiling", when it
     stores a plain int (Dynamo cannot trace an mp.Value). torch raises that flag for the whole
@@ -50,23 +51,31 @@ class CompileSafeStorage(LazyTensorStorage):
         return shared
 
 
+class CompileSafeStorage(SharedLength, LazyTensorStorage):
+    """torchrl's LazyTensorStorage with the shared length above (replay.storage=memory)."""
+
+
 class SequenceReplay:
     """Routed per-env replay that samples [batch_size, batch_length] sequences."""
 
-    def __init__(self, num_envs: int, capacity: int, batch_size: int, batch_length: int):
+    def __init__(self, num_envs: int, capacity: int, batch_size: int, batch_length: int,
+                 directory: str | Path | None = None):
+        """`directory`: None keeps the streams in RAM; a path keeps them on disk there, one memory-
+        mapped stream per env (collectors/replay_disk.py: replay.storage=disk)."""
         self.num_envs, self.batch_size, self.batch_length = num_envs, batch_size, batch_length
+        self.directory = None if directory is None else Path(directory)
         # Chunked collection does not balance envs exactly, so every member gets an even share.
         per_env = math.ceil(capacity / num_envs)
         members = [
             TensorDictReplayBuffer(
-                storage=CompileSafeStorage(per_env),
+                storage=self._storage(per_env, env),
                 # init_key=None: the default ("is_init") marks every slice start as an episode
                 # start, which would reset the RSSM at the start of every sampled sequence.
                 sampler=SliceSampler(slice_len=batch_length, traj_key=ENV_INDEX, init_key=None,
                                      strict_length=True),
-                writer=TensorDictRoundRobinWriter(),
+                writer=self._writer(env),
             )
-            for _ in range(num_envs)
+            for env in range(num_envs)
         ]
         self.buffer = ReplayBufferEnsemble(
             *members,
@@ -75,6 +84,20 @@ class SequenceReplay:
             num_buffer_sampled=batch_size,
             batch_size=batch_size * batch_length,
         )
+
+    def _storage(self, capacity: int, env: int):
+        if self.directory is None:
+            return CompileSafeStorage(capacity)
+        from collectors import replay_disk
+
+        return replay_disk.make_storage(capacity, replay_disk.stream_dir(self.directory, env))
+
+    def _writer(self, env: int):
+        if self.directory is None:
+            return TensorDictRoundRobinWriter()
+        from collectors import replay_disk
+
+        return replay_disk.JournaledWriter(replay_disk.stream_dir(self.directory, env) / replay_disk.JOURNAL)
 
     def extend(self, transitions: TensorDictBase) -> None:
         self.buffer.extend(transitions)

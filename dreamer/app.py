@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import NoReturn
 
 from hydra.core.hydra_config import HydraConfig
@@ -17,7 +18,8 @@ from omegaconf import OmegaConf
 from collectors.envs.guard import fault_line
 from collectors.watchdog import CollectorFault
 from dreamer import checkpoint
-from dreamer.config import Config, ConfigError, replay_plan
+from dreamer.config import Config, ConfigError
+from dreamer.replay_plan import replay_dir, replay_plan, replay_storage
 from dreamer.disk import DiskFullError
 from dreamer.distributed import RankLostError
 from dreamer.loop import train
@@ -165,10 +167,12 @@ def _exit_now(code: int) -> None:
 
 def checkpoint_bytes(config: Config) -> int:
     """Disk a run's checkpoints may take: `keep` of them plus one being written, each with the
-    replay when it is saved (up to checkpoint.replay_max_gb), plus ~100 MB for networks and optimizer."""
+    replay when it is saved (in RAM: up to checkpoint.replay_max_gb; on disk a checkpoint only
+    locates the files), plus ~100 MB for networks and optimizer."""
     ckpt = config.checkpoint
     _, replay = replay_plan(config)
-    replay = replay if ckpt.replay and replay <= ckpt.replay_max_gb * 2**30 else 0
+    in_checkpoint = ckpt.replay and replay_storage(config) == "memory" and replay <= ckpt.replay_max_gb * 2**30
+    replay = replay if in_checkpoint else 0
     return (ckpt.keep + 1) * (replay + 100 * 2**20)
 
 
@@ -203,10 +207,24 @@ def load_resume_state(config: Config, world_size: int = 1) -> dict | None:
     if state["replay"] is not None and saved_world != world_size:
         raise ConfigError("resume", f"the checkpoint holds the replay of a {saved_world}-process run; resume it "
                           f"with {saved_world} process(es), or from a checkpoint written with checkpoint.replay=false")
+    disk = state.get("replay_disk") if config.checkpoint.replay else None
+    if disk is not None:  # the run goes on in the checkpoint's replay files (collectors/replay_disk.py)
+        from collectors import replay_disk
+
+        resume = Path(config.checkpoint.resume)
+        run_dir = (resume if resume.is_dir() else resume.parent).parent
+        state["replay_dir"] = replay_disk.resolve_dir(disk, run_dir)
+        try:
+            replay_disk.check_files(disk, state["replay_dir"])
+        except replay_disk.ReplayFilesError as err:
+            raise ConfigError("resume", f"{err}; checkpoint.replay=false resumes without the replay") from None
+        config.replay.storage = "disk"
     now = OmegaConf.to_container(OmegaConf.structured(config))
     keys = [(section, key) for section in MUST_MATCH_ON_RESUME for key in state["config"][section]]
-    if state["replay"] is not None:  # one replay stream per env
+    if state["replay"] is not None or disk is not None:  # one replay stream per env
         keys.append(("collector", "num_envs"))
+    if disk is not None:  # the files' ring size
+        keys.append(("replay", "capacity"))
     for section, key in keys:
         saved, current = state["config"][section][key], now[section].get(key)
         if current != saved:
@@ -238,7 +256,10 @@ def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
     print(placement.describe(config, resolve_device(config.learner.device), resolve_device(col.device),
                              torch.cuda.device_count()))
     per, total = replay_plan(config)
-    print(f"replay: up to {config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.2f} GB of host RAM")
+    where = (f"on disk in {state['replay_dir']} (the checkpoint's files)" if state and state.get("replay_dir") else
+             f"on disk in {replay_dir(config, HydraConfig.get().runtime.output_dir)}" if config.replay.storage == "disk"
+             else "of host RAM")
+    print(f"replay: up to {config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.2f} GB {where}")
 
 
 def make_logger(config: Config, run_dir: str, run_id: str | None = None) -> MetricsLogger:

@@ -195,10 +195,16 @@ class ReplayConfig:
     # Batches sampled ahead on a background thread (collectors/prefetch.py), pinned and copied to
     # the learner's device: auto = 1 with a CUDA learner, 0 (sample on the main thread) on CPU.
     prefetch: Any = "auto"
+    # memory (host RAM) | disk (memory-mapped files: bigger than RAM, checkpoints that locate them)
+    # | auto: memory when it fits comfortably in the RAM left, else disk (dreamer/replay_plan.py)
+    storage: str = "auto"
+    dir: Optional[str] = None  # disk: where the replay files go; null: <run dir>/replay
 
     def __post_init__(self) -> None:
         _check(self.prefetch == "auto" or (_is_int(self.prefetch) and self.prefetch >= 0), "replay.prefetch",
                f"must be auto or an int >= 0 (got {self.prefetch!r})")
+        _check(self.storage in ("auto", "memory", "disk"), "replay.storage",
+               f"allowed values are auto, memory, disk (got {self.storage!r})")
         _check(self.batch_size >= 1, "replay.batch_size", f"must be >= 1 (got {self.batch_size})")
         _check(self.batch_length >= 2, "replay.batch_length", f"must be >= 2 (got {self.batch_length})")
         _check(self.capacity > self.batch_length, "replay.capacity",
@@ -379,37 +385,16 @@ def check_override_keys(args: list[str]) -> None:
             node = hints[part] if dataclasses.is_dataclass(hints[part]) else None
 
 
-PROCESS_RSS_BYTES = 512 * 2**20  # measured: an env worker or the inference server holds ~0.4-0.5 GB
-
-
-def replay_plan(config: Config) -> tuple[int, int]:
-    """(bytes per stored transition, bytes of the full replay) for this config."""
-    from collectors.specs import context_bytes, env_spec, spec_bytes
-
-    wm = config.world_model
-    context = context_bytes(wm.stoch, wm.deter) if config.replay.context else 0
-    per = spec_bytes(env_spec(config.env), context)
-    return per, per * config.replay.capacity
-
-
-def check_replay_fits(config: Config) -> None:
-    """Before any worker starts: the full replay must fit in the RAM left beside the processes."""
-    import psutil
-
-    per, total = replay_plan(config)
-    processes = config.collector.num_envs + 2  # env workers, inference server, driver
-    available = psutil.virtual_memory().available - processes * PROCESS_RSS_BYTES
-    _check(total <= available, "replay.capacity",
-           f"{config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.1f} GB, but only "
-           f"{max(available, 0) / 1e9:.1f} GB of host RAM is free beside {processes} processes of ~0.5 GB; "
-           f"at most {max(available, 0) // per:,} transitions fit")
-
-
 def validate_or_exit(cfg: DictConfig) -> Config:
-    """validate() and the host-RAM check, or the key's error on stderr and exit status 2."""
+    """validate() and the replay's RAM or disk check, or the key's error on stderr and exit status 2."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from dreamer.replay_plan import check_replay_fits, replay_storage
+
     try:
         config = validate(cfg)
-        check_replay_fits(config)
+        config.replay.storage = replay_storage(config)  # auto decided once, for this machine
+        check_replay_fits(config, HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None)
         return config
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

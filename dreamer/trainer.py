@@ -24,6 +24,7 @@ from collectors.prefetch import Prefetcher
 from collectors.envs import env_factory
 from collectors.episodes import EpisodeTracker
 from collectors.records import CONTEXT, ContextSpec, ReplayRecords
+from collectors import replay_disk
 from collectors.replay import SequenceReplay
 from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
@@ -33,6 +34,7 @@ from dreamer.config import Config, rank_share
 from dreamer.distributed import SingleProcess
 from dreamer.learner import Learner
 from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
+from dreamer.replay_plan import replay_dir
 from dreamer.regional import compile_cache_dir
 from dreamer.stop import children_ignore_stop_signals
 
@@ -94,7 +96,7 @@ class Trainer:
         # others are the trained steps (dreamer/learner.py).
         share = self.share.replay
         self.replay = SequenceReplay(self.share.collector.num_envs, share.capacity, share.batch_size,
-                                     rep.batch_length + 1)
+                                     rep.batch_length + 1, directory=self.replay_dir(resume))
         self.tracker = EpisodeTracker(stats=self.spec.stats)
         self.frames_at_start = 0
         self.nonfinite_in_row = 0
@@ -286,6 +288,15 @@ class Trainer:
             self.push_if_due()
         return metrics
 
+    def replay_dir(self, resume: dict | None) -> Path | None:
+        """None (replay in RAM), the checkpoint's replay files, or this run's (one dir per rank)."""
+        if resume is not None and resume.get("replay_dir") is not None:
+            return Path(resume["replay_dir"])
+        if self.config.replay.storage != "disk":
+            return None
+        directory = replay_dir(self.config, self.run_dir)
+        return directory / f"rank{self.world.rank}" if self.world.size > 1 else directory
+
     def prefetch_depth(self) -> int:
         depth = self.config.replay.prefetch
         return (1 if self.agent.device.type == "cuda" else 0) if depth == "auto" else depth
@@ -320,7 +331,10 @@ class Trainer:
             "updates": self.updates,
             "rng": rng_state(),
             "run_id": self.run_id,
-            "replay": [_plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)] if with_replay else None,
+            "replay": ([_plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)]
+                       if with_replay and self.replay.directory is None else None),
+            "replay_disk": (replay_disk.checkpoint_state(self.replay, self.replay.directory, self.run_dir)
+                            if with_replay and self.replay.directory is not None else None),
             "world_size": self.world.size,
             "config": OmegaConf.to_container(OmegaConf.structured(self.config)),
         }
@@ -331,11 +345,15 @@ class Trainer:
         self.learner.updates = self.synced_at = state["updates"]
         self.frames_at_start = state["frames"]
         self.run_id = state["run_id"]
-        if state["replay"] is None and state["frames"] > 0:
+        if state["replay"] is None and state.get("replay_disk") is None and state["frames"] > 0:
             # (env steps, updates) at the resume: without the replay, a burst of catch-up updates on
             # the first few new sequences would overfit them; collect a fresh prefill first.
             self.refill = (state["frames"], state["updates"])
-        if state["replay"] is not None:
+        if state.get("replay_dir") is not None:  # on disk: the checkpoint's files, reopened
+            late = replay_disk.reopen(self.replay, state["replay_disk"], Path(state["replay_dir"]))
+            if any(late) and self.world.is_main:
+                print(f"replay: {sum(late)} records written after the checkpoint are ignored", flush=True)
+        elif state["replay"] is not None:
             for env, stream in enumerate(state["replay"]):
                 if stream is not None:
                     self.replay.member(env).extend(TensorDict(stream["data"], batch_size=[stream["length"]]))
@@ -345,12 +363,14 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         cfg = self.config.checkpoint
-        replay_gib = self.replay_bytes() / 2**30 if cfg.replay else 0.0
+        on_disk = self.replay.directory is not None
+        replay_gib = self.replay_bytes() / 2**30 if cfg.replay and not on_disk else 0.0
         with_replay = cfg.replay and replay_gib <= cfg.replay_max_gb and self.world.size == 1
         if cfg.replay and self.world.size > 1:
             log.info("data-parallel run: checkpoints hold no replay (each rank's is its own)")
         elif cfg.replay and not with_replay:
-            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay", replay_gib)
+            log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay "
+                        "(replay.storage=disk keeps a replay of any size: its checkpoints locate the files)", replay_gib)
         held = self.prefetcher.paused() if self.prefetcher is not None else contextlib.nullcontext()
         with held:  # no sample moves the RNG or reads replay while the state is taken
             state = self.state_dict(with_replay)

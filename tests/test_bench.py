@@ -278,3 +278,14 @@ def test_diagnose_measures_a_checkpoints_world_model_and_critic_on_fresh_episode
     missing = subprocess.run([sys.executable, "-m", "benchmarks.diagnose", str(tmp_path / "nothing")], cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no checkpoints/" in missing.stderr
+
+
+def test_replay_bench_measures_memory_and_disk_in_one_table(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "benchmarks.replay", "--records", "600", "--samples", "2",
+                          "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 600 |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["memory", "disk"]
+    memory, disk = ([c.strip() for c in r.strip("|").split("|")] for r in rows)
+    assert int(disk[5].replace(",", "")) < 10_000 < int(memory[5].replace(",", ""))  # checkpoint bytes
+    assert list(tmp_path.iterdir()) == []  # its replays removed
