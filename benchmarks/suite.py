@@ -90,6 +90,11 @@ def reference(task: Task, frames: int) -> dict | None:
             f"{frames:,} frames ({ref['source']})", "min": ref["min"], "max": ref["max"]}
 
 
+def num(x: float) -> str:
+    """A return as the table shows it: one decimal, or three significant digits below 10 (MiniGrid's 0.955)."""
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
+
+
 def normalised(ours: float, random: float, ref: float) -> float:
     return (ours - random) / (ref - random)
 
@@ -147,7 +152,7 @@ def run_jobs(jobs: list[Job], parallel: int) -> None:
                 if job.advance():
                     running.remove(job)
                     result = read_run(job.run_dir)
-                    print(f"  {job.task.name} seed {job.seed}: final {result['final']:.1f} over "
+                    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over "
                           f"{result['episodes']} episodes ({(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
             time.sleep(1)
     finally:
@@ -186,9 +191,9 @@ def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float)
         ref = r["reference"]
         norm = (f"**{r['normalised']:.2f}** ({r['normalised_min']:.2f} to {r['normalised_max']:.2f})"
                 if ref else "-")
-        lines.append(f"| {r['task']} | {r['frames']:,} | {r['random']:.1f} | {r['median']:.1f} "
-                     f"({r['min']:.1f} to {r['max']:.1f}) | {ref['value']:.1f} | {norm} | {r['minutes']:.0f} |"
-                     if ref else f"| {r['task']} | {r['frames']:,} | {r['random']:.1f} | {r['median']:.1f} | - | - "
+        lines.append(f"| {r['task']} | {r['frames']:,} | {num(r['random'])} | {num(r['median'])} "
+                     f"({num(r['min'])} to {num(r['max'])}) | {num(ref['value'])} | {norm} | {r['minutes']:.0f} |"
+                     if ref else f"| {r['task']} | {r['frames']:,} | {num(r['random'])} | {num(r['median'])} | - | - "
                      f"| {r['minutes']:.0f} |")
     scored = [r["normalised"] for r in rows if "normalised" in r]
     if scored:
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
         mean, std = random_return(env_config(task, args.overrides), args.random_episodes)
         randoms[task.name] = mean
-        print(f"uniform random policy on {task.name}: {mean:.1f} +- {std:.1f} over {args.random_episodes} episodes",
+        print(f"uniform random policy on {task.name}: {num(mean)} +- {num(std)} over {args.random_episodes} episodes",
               flush=True)
     run_jobs(jobs, args.parallel)
     hours = (time.monotonic() - started) / 3600

@@ -228,6 +228,8 @@ def test_suite_normalises_against_random_and_the_reference_and_names_its_sources
 
 @pytest.mark.slow
 def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_table(tmp_path):
+    from benchmarks.suite import num
+
     command = [sys.executable, "-m", "benchmarks.suite", "--tasks", "CartPole-v1,Pendulum-v1", "--seeds", "0",
                "--parallel", "2", "--steps", "300", "--eval-episodes", "2", "--random-episodes", "2",
                "--out", str(tmp_path), "replay.batch_size=2", "replay.batch_length=8", "learner.train_ratio=8",
@@ -242,7 +244,7 @@ def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_ta
         assert len(final["returns"]) == 2 and row["finals"] == [final["mean"]]
         assert row["normalised"] == pytest.approx((row["median"] - row["random"])
                                                   / (row["reference"]["value"] - row["random"]))
-        assert f"| {name} | 300 | {row['random']:.1f} | {row['median']:.1f}" in proc.stdout
+        assert f"| {name} | 300 | {num(row['random'])} | {num(row['median'])}" in proc.stdout
     assert 0 < rows["CartPole-v1"]["random"] < 100 and rows["Pendulum-v1"]["random"] < -100
     assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
