@@ -9,7 +9,8 @@ import tempfile
 import hydra
 from omegaconf import DictConfig
 
-from dreamer.config import ConfigError, check_override_keys, register_configs, validate_or_exit
+from dreamer.config import ConfigError, register_configs, validate_or_exit
+from dreamer.overrides import check_override_keys
 from dreamer.launch import export_slurm_rendezvous
 from dreamer.stop import StopRequest
 

@@ -6,10 +6,8 @@ start-up, so a bad override fails in the first second with the key's name.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
-import typing
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -314,24 +312,6 @@ class Config:
                f"(got {rep.capacity})")
 
 
-def rank_share(config: "Config", world: int) -> "Config":
-    """One rank's part of a data-parallel run: its envs, collector batch, replay batch and replay
-    capacity (the config's values are totals over the ranks; validated to divide)."""
-    if world == 1:
-        return config
-    import copy
-
-    share = copy.deepcopy(config)
-    col, rep = share.collector, share.replay
-    col.num_envs //= world
-    col.frames_per_batch //= world
-    if col.inference_static_batch_size is not None:
-        col.inference_static_batch_size = max(1, min(col.num_envs, col.inference_static_batch_size // world))
-    rep.batch_size //= world
-    rep.capacity = max(rep.capacity // world, (rep.batch_length + 1) * col.num_envs)
-    return share
-
-
 def register_configs() -> None:
     ConfigStore.instance().store(name="schema", node=Config)
     # `${sum:a,b}`: launcher resources computed from the config (conf/hydra/launcher/slurm.yaml)
@@ -339,50 +319,6 @@ def register_configs() -> None:
     # `${task_name:...}`: the run directory's name (conf/config.yaml), safe as one path component
     OmegaConf.register_new_resolver(
         "task_name", lambda *args: task_name(*args).replace("/", "-").replace(":", "-"), replace=True)
-
-
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
-
-
-def presets(group: str) -> list[str]:
-    """The presets of a config group (conf/<group>/*.yaml), e.g. presets("experiment")."""
-    folder = os.path.join(CONF_DIR, group)
-    return sorted(name[:-5] for name in os.listdir(folder) if name.endswith(".yaml"))
-
-
-def check_group_choice(group: str, value: str) -> None:
-    """`group=value` names a preset that exists (an optional group such as experiment would
-    otherwise skip a mistyped one without a word); a sweep's comma-separated values each."""
-    if value in ("null", "") or any(c in value for c in "()[]${}"):  # null, or Hydra's sweep functions
-        return
-    known = presets(group)
-    for choice in value.split(","):
-        _check(choice in known, group, f"no preset {choice!r}; available: {', '.join(known)}")
-
-
-def check_override_keys(args: list[str]) -> None:
-    """Command-line overrides name existing keys and presets; the error lists the valid ones (Hydra's
-    does not, and skips a mistyped experiment)."""
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        group = key.lstrip("+")
-        ours = not group.startswith("hydra")  # Hydra's groups hold its own presets too (joblib, ...)
-        if sep and ours and not key.startswith(("-", "~")) and os.path.isdir(os.path.join(CONF_DIR, group)):
-            check_group_choice(group, value)  # env=..., experiment=..., world_model=...
-            continue
-        # flags, appends/deletes, Hydra's own keys
-        if not sep or key.startswith(("-", "+", "~", "hydra")) or "/" in key:
-            continue
-        node, path = Config, []
-        for part in key.split("."):
-            if node is None:  # a plain value has no sub-keys
-                _check(False, key, f"{'.'.join(path)} is a value, not a group of keys")
-            hints = typing.get_type_hints(node)
-            names = [f.name for f in dataclasses.fields(node)]
-            _check(part in names, ".".join(path + [part]),
-                   f"unknown key; valid keys in {'.'.join(path) or 'the top level'}: {', '.join(names)}")
-            path.append(part)
-            node = hints[part] if dataclasses.is_dataclass(hints[part]) else None
 
 
 def validate_or_exit(cfg: DictConfig) -> Config:

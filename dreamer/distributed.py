@@ -162,3 +162,21 @@ def digest(module: torch.nn.Module) -> str:
 def connect(cuda: bool) -> SingleProcess:
     """Ranks when launched by torchrun with more than one process, else SingleProcess."""
     return Ranks(cuda) if world_size_from_env() > 1 else SingleProcess()
+
+
+def rank_share(config: "Config", world: int) -> "Config":
+    """One rank's part of a data-parallel run: its envs, collector batch, replay batch and replay
+    capacity (the config's values are totals over the ranks; validated to divide)."""
+    if world == 1:
+        return config
+    import copy
+
+    share = copy.deepcopy(config)
+    col, rep = share.collector, share.replay
+    col.num_envs //= world
+    col.frames_per_batch //= world
+    if col.inference_static_batch_size is not None:
+        col.inference_static_batch_size = max(1, min(col.num_envs, col.inference_static_batch_size // world))
+    rep.batch_size //= world
+    rep.capacity = max(rep.capacity // world, (rep.batch_length + 1) * col.num_envs)
+    return share

@@ -30,8 +30,8 @@ from collectors.specs import env_spec
 from collectors.watchdog import ProcessWatchdog
 from dreamer import checkpoint, mkl_amd, placement
 from dreamer.agent import ObsSpec, build_agent
-from dreamer.config import Config, rank_share
-from dreamer.distributed import SingleProcess
+from dreamer.config import Config
+from dreamer.distributed import SingleProcess, rank_share
 from dreamer.learner import Learner
 from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
 from dreamer.replay_plan import replay_dir

@@ -1,5 +1,4 @@
 """Config composition and start-up validation, as users meet them."""
-import time
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -195,14 +194,12 @@ FAIL_FAST = [
 
 @pytest.mark.parametrize("override,key,allowed", FAIL_FAST, ids=[o for o, _, _ in FAIL_FAST])
 def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
-    start = time.monotonic()
-    proc = train(override, timeout=60)
-    elapsed = time.monotonic() - start
+    proc = train(override, timeout=60)  # the limit bounds a hang: about a second on an idle machine
     message = proc.stderr + proc.stdout
-    assert proc.returncode != 0
+    assert proc.returncode != 0, message[-2000:]
     assert key in message and allowed in message, message[-2000:]
     assert "Traceback" not in message
-    assert elapsed < 10, f"took {elapsed:.1f}s to reject {override}"
+    assert "training " not in proc.stdout and "learner:" not in proc.stdout  # before anything was built
 
 
 GROUPS = ["experiment", "env", "collector", "world_model", "learner", "replay", "logger"]
@@ -210,7 +207,7 @@ GROUPS = ["experiment", "env", "collector", "world_model", "learner", "replay", 
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_a_misspelled_preset_of_any_group_fails_naming_the_group_and_its_presets(train, group):
-    from dreamer.config import presets
+    from dreamer.overrides import presets
 
     real = presets(group)[0]
     for args in ([f"{group}={real}x"], ["--cfg", "job", f"{group}={real}x"], ["-m", f"{group}={real},{real}x"]):
