@@ -72,11 +72,11 @@ def sample_ms(replay_factory, samples: int) -> dict:
 def save_checkpoint(replay, run_dir: Path) -> tuple[float, int]:
     from collectors import replay_disk
     from dreamer import checkpoint
-    from dreamer.trainer import _plain_stream
+    from dreamer.run_state import plain_stream
 
     start = time.perf_counter()
     if replay.directory is None:
-        state = {"replay": [_plain_stream(replay.stream(e)) for e in range(replay.num_envs)]}
+        state = {"replay": [plain_stream(replay.stream(e)) for e in range(replay.num_envs)]}
     else:
         state = {"replay_disk": replay_disk.checkpoint_state(replay, replay.directory, run_dir)}
     path = checkpoint.save(run_dir / "checkpoints", 0, {**state, "frames": 0}, keep=1)

@@ -7,13 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import logging
-import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import torch
 from omegaconf import OmegaConf
@@ -27,7 +25,7 @@ from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from collectors import replay_disk
 from collectors.replay import SequenceReplay
 from collectors.specs import env_spec
-from collectors.watchdog import ProcessWatchdog
+from collectors.watchdog import ProcessWatchdog, _cmdline
 from dreamer import checkpoint, mkl_amd, placement
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.config import Config
@@ -35,6 +33,7 @@ from dreamer.distributed import SingleProcess, rank_share
 from dreamer.learner import Learner
 from dreamer.policy import DreamerPolicyFactory, build_acting_policy, primer_factory
 from dreamer.replay_plan import replay_dir
+from dreamer.run_state import plain_stream, rng_state, set_rng_state
 from dreamer.regional import compile_cache_dir
 from dreamer.stop import children_ignore_stop_signals
 
@@ -331,7 +330,7 @@ class Trainer:
             "updates": self.updates,
             "rng": rng_state(),
             "run_id": self.run_id,
-            "replay": ([_plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)]
+            "replay": ([plain_stream(self.replay.stream(e)) for e in range(self.replay.num_envs)]
                        if with_replay and self.replay.directory is None else None),
             "replay_disk": (replay_disk.checkpoint_state(self.replay, self.replay.directory, self.run_dir)
                             if with_replay and self.replay.directory is not None else None),
@@ -383,36 +382,3 @@ class Trainer:
             if len(member):
                 total += member.storage[:1].bytes() * len(member)
         return total
-
-
-def _plain_stream(stream: TensorDictBase | None) -> dict | None:
-    """A replay stream as nested dicts of tensors (a checkpoint holds only plain types). Cloned: a
-    slice of the ring is a view, and torch.save writes a view's whole storage (the full capacity)."""
-    return None if stream is None else {"data": stream.clone().to_dict(), "length": stream.shape[0]}
-
-
-def rng_state() -> dict:
-    """Every RNG's state in plain types (tensors, lists, numbers) for a weights-only checkpoint."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos,
-                                                        has_gauss, cached],
-             "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:
-        return []

@@ -264,6 +264,7 @@ def test_diagnose_measures_a_checkpoints_world_model_and_critic_on_fresh_episode
 
     run = tmp_path / "run"
     proc = run_train("experiment=learn_cartpole", "collector.total_frames=300", "learner.prefill_frames=100",
+                     "learner.train_ratio=8",
                      "replay.batch_size=2", "replay.batch_length=8", "eval.every=0", "logger=none",
                      "learner.compile=false", f"hydra.run.dir={run}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -83,7 +83,7 @@ def test_directory_where_nothing_loads_lists_every_file(tmp_path):
 
 
 def test_rng_states_round_trip_through_a_safe_checkpoint(tmp_path):
-    from dreamer.trainer import rng_state, set_rng_state
+    from dreamer.run_state import rng_state, set_rng_state
 
     torch.manual_seed(3), np.random.seed(4), random.seed(5)
     np.random.normal()  # leaves a cached gaussian in numpy's state
