@@ -41,7 +41,7 @@ test-compile: install   # torch.compile on CPU: ~10 minutes, not part of make te
 	$(PY) -m pytest -m compile tests/test_agent.py
 
 bench-collector: install
-	$(PY) -m collectors.bench $(ARGS)
+	$(PY) -m benchmarks.collector $(ARGS)
 
 # scripts/official_venv.sh makes $(OFFICIAL); with it, bench-learner times the official learner too
 OFFICIAL ?= /tmp/official

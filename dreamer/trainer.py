@@ -188,6 +188,9 @@ class Trainer:
         before = {p.pid for p in psutil.Process().children()}
         with children_ignore_stop_signals():  # the server and workers start here
             self.collector.start()
+        if not hasattr(self.collector, "_replay_thread"):  # check_collector's fault check reads it
+            raise RuntimeError("torchrl's AsyncBatchedCollector has no _replay_thread (torchrl 0.14.1 has): the "
+                               "writer thread's faults would go unseen; check the pinned torchrl")
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
         self.watchdog = ProcessWatchdog(started, heartbeats=self.heartbeats, env_timeout_s=col.env_timeout_s).start()
@@ -225,7 +228,7 @@ class Trainer:
 
     def check_collector(self) -> None:
         self.watchdog.check()
-        thread = getattr(self.collector, "_replay_thread", None)
+        thread = self.collector._replay_thread  # torchrl's writer thread (start_collector checked it exists)
         if thread is not None and not thread.is_alive() and self.tracker.frames < self.collect_budget:
             self.collector.async_shutdown()  # re-raises the writer thread's error
             raise RuntimeError("collection stopped before collector.total_frames")

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 @pytest.mark.slow
 def test_collector_bench_prints_table():
     proc = subprocess.run(
-        [sys.executable, "-m", "collectors.bench", "--steps", "128", "--warmup", "64",
+        [sys.executable, "-m", "benchmarks.collector", "--steps", "128", "--warmup", "64",
          "--frames-per-batch", "32", "--chunks", "1,16"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -30,7 +30,8 @@ def test_prefetched_batches_match_a_direct_sample():
     assert batch.shape == direct.shape == (4, 9)
     for key in ("observation", "action", "is_init", "step_count", ("next", "reward")):
         assert batch[key].dtype == direct[key].dtype and batch[key].device.type == "cpu"
-    assert set(meta.keys()) == {"index", "step_count"} and meta.device is None or meta.device.type == "cpu"
+    assert set(meta.keys()) == {"index", "step_count"}
+    assert meta.device is None or meta.device.type == "cpu"
     assert torch.equal(meta["step_count"], batch["step_count"])
     assert_sequences_consistent(batch)
 

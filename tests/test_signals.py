@@ -101,10 +101,12 @@ def wait_gone(proc: subprocess.Popen, tag: str, seconds: float) -> float:
 @pytest.mark.slow
 def test_sigint_at_start_up_leaves_nothing():
     with long_run() as (tag, proc):
-        time.sleep(1.0)  # Hydra composing, torch importing: no worker yet
+        time.sleep(1.0)  # Hydra composing, torch importing
+        assert [p.pid for p in processes_tagged(tag)] == [proc.pid], "workers already started: not start-up"
         os.killpg(proc.pid, signal.SIGINT)
         wait_gone(proc, tag, 30)
-        assert proc.returncode != 0
+        # the app's own exit once its stop handler is in, or Python's death by SIGINT before that
+        assert proc.returncode in (130, -signal.SIGINT), proc.returncode
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Collector benchmark: driver CPU per env step and steps/s per transition chunk size.
 
-    python -m collectors.bench [--env cartpole/balance | --env PRESET] [--obs proprio] [--num-envs 2]
+    python -m benchmarks.collector [--env cartpole/balance | --env PRESET] [--obs proprio] [--num-envs 2]
                                [--steps 3000] [--chunks 1,16,64,auto]
 
 --env takes a DMC domain/task or any env preset of conf/env (atari_pong, crafter, gym_cartpole).
