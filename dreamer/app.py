@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from collectors.envs.guard import fault_line
 from collectors.watchdog import CollectorFault
-from dreamer import checkpoint
+from dreamer import checkpoint, patches
 from dreamer.config import Config, ConfigError
 from dreamer.replay_plan import replay_dir, replay_plan, replay_storage
 from dreamer.disk import DiskFullError
@@ -59,6 +59,7 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     wandb_offline = metrics is not None and config.logger.mode == "offline" and metrics.run_id is not None
     if world.is_main:
         describe(config, state, world.size)
+        patches.check_versions()  # a library other than the one a workaround was written for
     start = time.monotonic()
     try:
         trainer = train(config, run_dir, metrics, resume=state, stop=stop, world=world)

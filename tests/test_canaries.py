@@ -128,3 +128,21 @@ def test_mkl_amd_stock_torch_asks_mkls_vendor_check():
     library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
     exported = hasattr(ctypes.CDLL(str(library)), "mkl_serv_intel_cpu_true")
     assert exported, canary("links MKL with its Intel vendor check (mkl_serv_intel_cpu_true)", "dreamer/mkl_amd.py")
+
+
+def test_the_installed_versions_are_the_ones_the_patches_were_written_for():
+    from dreamer import patches
+
+    assert patches.mismatches() == [], "an upgrade: run this file's canaries and update dreamer/patches.py"
+
+
+def test_another_torchrl_version_names_each_patch_that_may_no_longer_apply():
+    from dreamer import patches
+
+    lines = patches.mismatches(lambda package: "0.15.0" if package == "torchrl" else patches.installed(package))
+    torchrl = [p for p in patches.PATCHES if p.package == "torchrl"]
+    assert len(lines) == len(torchrl) >= 8
+    for patch, line in zip(torchrl, lines):
+        assert line.startswith(f"warning: {patch.where} overrides ") and "written for torchrl 0.14.1; 0.15.0" in line
+    for patch in patches.PATCHES:
+        assert (Path(__file__).resolve().parents[1] / patch.where).exists(), patch.where
