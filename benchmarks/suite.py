@@ -12,7 +12,8 @@ over seeds, the reference at the same env frames (DMC: the official DreamerV3 sc
 median, benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return and its source), the
 normalised score (ours - random) / (reference - random), and the minutes each task took. Curves go
 to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluation is already in --out is
-not trained again (an interrupted suite picks up where it stopped). --steps replaces every budget
+not trained again, and one with checkpoints but no final evaluation resumes from the newest (an
+interrupted suite picks up where it stopped). --steps replaces every budget
 (a smoke test); overrides go to every train.py run.
 """
 from __future__ import annotations
@@ -103,6 +104,8 @@ def run_commands(task: Task, seed: int, steps: int, run_dir: Path, overrides: li
                  eval_episodes: int) -> list[list[str]]:
     train = [sys.executable, "train.py", "experiment=cpu", *task.env, f"collector.total_frames={steps}",
              f"seed={seed}", "logger.mode=offline", f"hydra.run.dir={run_dir}", *overrides]
+    if any((run_dir / "checkpoints").glob("*.pt")):  # an interrupted run continues from its newest checkpoint
+        train.append(f"resume={run_dir / 'checkpoints'}")
     evaluate = [sys.executable, "-m", "dreamer.evaluate", f"checkpoint={run_dir / 'checkpoints'}",
                 f"eval.episodes={eval_episodes}", "eval.video=false", f"out={run_dir / 'final_eval'}"]
     return [train, evaluate]

@@ -292,3 +292,14 @@ def test_replay_bench_measures_memory_and_disk_in_one_table(tmp_path):
     memory, disk = ([c.strip() for c in r.strip("|").split("|")] for r in rows)
     assert int(disk[5].replace(",", "")) < 10_000 < int(memory[5].replace(",", ""))  # checkpoint bytes
     assert list(tmp_path.iterdir()) == []  # its replays removed
+
+
+def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_path):
+    from benchmarks.suite import TASKS, run_commands
+
+    fresh = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)[0]
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_000000000064.pt").write_bytes(b"")
+    resumed = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)[0]
+    assert not any(a.startswith("resume=") for a in fresh)
+    assert resumed == fresh + [f"resume={tmp_path / 'checkpoints'}"]
