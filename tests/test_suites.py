@@ -66,6 +66,15 @@ def test_each_suite_emits_the_apps_keys_shapes_and_dtypes(name):
         env.close()
 
 
+def guarded(env):
+    """The suite's Gymnasium env under the app's EnvErrors guard (a gymnasium Wrapper forwards no attributes)."""
+    from collectors.envs.guard import EnvErrors
+
+    wrapper = env.base_env._env
+    assert isinstance(wrapper, EnvErrors)
+    return wrapper.env
+
+
 def run_episode(env, max_steps=5000):
     td = env.reset()
     for step in range(1, max_steps + 1):
@@ -97,7 +106,7 @@ def test_atari_game_over_is_terminated_and_the_frame_limit_truncated(monkeypatch
 
 def test_atari_losing_a_life_does_not_end_the_episode():
     env = atari_env = make_env(env_cfg(**{**PONG, "task": "breakout"}), seed=0)
-    gym_env = atari_env.base_env._env
+    gym_env = guarded(atari_env)
     td, lives_lost = env.reset(), 0
     lives = gym_env.ale.lives()
     for _ in range(3000):
@@ -121,7 +130,7 @@ def test_crafter_death_is_terminated_and_the_step_limit_truncated(monkeypatch):
     assert run_episode(env) == (30, False, True)
     achievements = env.reset()["achievements"]
     assert achievements.dtype == torch.uint8 and achievements.shape == (22,) and achievements.sum() == 0
-    inner = env.base_env._env
+    inner = guarded(env)
     real_step = inner._env.step
 
     def dies(action):
@@ -169,7 +178,7 @@ def test_dict_observations_one_hot_discretes_and_leave_text_out():
     assert goal.sum() == 1 and set(goal.tolist()) == {0.0, 1.0} and joints.abs().max() <= 1
     env.close()
     top = make_env(env_cfg(suite="gym", id="DreamerTest/Discrete-v0", obs="proprio", action_repeat=1), seed=0)
-    gym_env = top.base_env._env
+    gym_env = guarded(top)
     td = top.reset()
     raw = gym_env.unwrapped  # Discrete(6, start=1): value v -> one-hot index v - 1
     assert td["observation"].shape == (6,) and td["observation"].sum() == 1
@@ -182,7 +191,7 @@ def test_a_symbolic_grid_is_flattened_into_the_vector_and_text_is_named():
     spec = env_spec(cfg)
     assert (spec.pixels, spec.vector_dim, spec.text_keys) == (None, 4 + 7 * 7 * 3, ("mission",))
     env = make_env(cfg, seed=0)
-    gym_env = env.base_env._env
+    gym_env = guarded(env)
     grid = np.arange(147, dtype=np.uint8).reshape(7, 7, 3) % 11
     vector = gym_env.observation({"direction": 2, "image": grid, "mission": "go"})["observation"]
     assert vector[:4].tolist() == [0, 0, 1, 0] and (vector[4:] == grid.reshape(-1)).all()
