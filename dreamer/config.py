@@ -115,7 +115,7 @@ ACTOR_GRADS = ("reinforce", "dynamics", "auto")
 
 @dataclass
 class LearnerConfig:
-    """Defaults: the current official DreamerV3 (conf/learner/default.yaml); conf/learner/v1.yaml
+    """Defaults: the current official DreamerV3 (danijar/dreamerv3 configs.yaml @ e3f0224); conf/learner/v1.yaml
     has the 2023 paper's values."""
     train_ratio: float = 512.0  # replayed steps per env step (DreamerV3 meaning)
     prefill_frames: int = 2500  # env steps of random actions before learning starts

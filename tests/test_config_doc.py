@@ -2,6 +2,8 @@
 import dataclasses
 import re
 
+import pytest
+
 from dreamer import config_doc
 from dreamer.config import Config
 
@@ -34,3 +36,26 @@ def test_the_check_mode_fails_on_a_stale_file(tmp_path, monkeypatch, capsys):
         assert "out of date" in str(exit.code)
     else:
         raise AssertionError("--check passed a stale file")
+
+
+GROUPS = ("env", "collector", "world_model", "learner", "replay", "logger")
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_group_presets_list_only_what_differs_from_the_schema(group):
+    """One source of defaults: the schema's dataclasses; a preset yaml that repeats one of them
+    would silently keep an old value when the schema's default changes."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    field = next(f for f in dataclasses.fields(Config) if f.name == group)
+    schema = dataclasses.asdict(field.default_factory())
+    presets = sorted((ROOT / "conf" / group).glob("*.yaml"))
+    assert presets
+    for path in presets:
+        data = yaml.safe_load(path.read_text()) or {}
+        keys = [k for k in data if k != "defaults"]
+        assert not [k for k in keys if k not in schema], f"{path.name}: keys the schema lacks"
+        repeats = [k for k in keys if data[k] == schema[k]]
+        assert not repeats, f"conf/{group}/{path.name} repeats the schema's defaults of {repeats}: drop them"
