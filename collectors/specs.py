@@ -50,28 +50,10 @@ def env_spec(env_cfg: Any) -> EnvSpec:
 
 @functools.lru_cache(maxsize=None)
 def _spec(key: tuple) -> EnvSpec:
+    from collectors.envs.suite import suite
+
     cfg = dict(zip(ENV_FIELDS, key))
-    suite = cfg["suite"]
-    if suite == "dmc":
-        vector_dim, action_dim = task_dims(cfg["domain"], cfg["task"])
-        size = cfg["image_size"]
-        return EnvSpec(pixels=(3, size, size) if cfg["obs"] in ("pixels", "both") else None,
-                       vector_dim=vector_dim if cfg["obs"] in ("proprio", "both") else None,
-                       action_dim=action_dim, discrete=False,
-                       max_steps=math.ceil(1000 / cfg["action_repeat"]))  # DMC: 1,000 physics steps
-    if suite == "gym":
-        from collectors.envs.gym import make_gymnasium
-    elif suite in ("atari", "atari100k"):
-        from collectors.envs.atari import make_gymnasium
-    elif suite == "crafter":
-        from collectors.envs.crafter import make_gymnasium
-    else:
-        raise ValueError(f"unknown env suite {suite!r}")
-    env = make_gymnasium(cfg, seed=0)
-    try:
-        return gymnasium_spec(env)
-    finally:
-        env.close()
+    return suite(cfg["suite"]).spec(cfg)
 
 
 def gymnasium_spec(env) -> EnvSpec:
@@ -89,16 +71,6 @@ def gymnasium_spec(env) -> EnvSpec:
         action_dim=int(action.n) if discrete else int(action.shape[0]), discrete=discrete,
         max_steps=env.max_steps, stats=stats, stats_dim=sum(math.prod(spaces[k].shape) for k in stats),
         text_keys=getattr(env, "text_keys", ()))
-
-
-@functools.lru_cache(maxsize=None)
-def task_dims(domain: str, task: str) -> tuple[int, int]:
-    """(proprio state vector size, action size) of a DMC task; loads it once per process."""
-    from dm_control import suite
-
-    env = suite.load(domain, task)
-    obs = sum(math.prod(s.shape) for s in env.observation_spec().values())
-    return int(obs), int(env.action_spec().shape[0])
 
 
 def context_bytes(stoch: int, deter: int) -> int:

@@ -3,12 +3,12 @@ start-up against the suite's own registry (dm_control, Gymnasium, ale-py, Crafte
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from collectors.envs.suite import SUITE_MODULES, suite as env_suite
 from dreamer.config_errors import _check
-
-SUITES = ("dmc", "gym", "atari", "atari100k", "crafter")
 
 
 @dataclass
@@ -35,82 +35,41 @@ class EnvConfig:
     nonfinite: str = "error"
 
     def __post_init__(self) -> None:
-        _check(self.suite in SUITES, "env.suite", f"allowed values are {', '.join(SUITES)} (got {self.suite!r})")
+        _check(self.suite in SUITE_MODULES, "env.suite",
+               f"allowed values are {', '.join(SUITE_MODULES)} (got {self.suite!r})")
         _check(self.obs in ("pixels", "proprio", "both", "symbolic"), "env.obs",
                f"allowed values are pixels, proprio, both, symbolic (got {self.obs!r})")
-        _check(self.obs != "symbolic" or self.suite == "gym", "env.obs",
+        observations = env_suite(self.suite).observations
+        _check(self.obs != "symbolic" or "symbolic" in observations, "env.obs",
                f"symbolic (an image of object codes read as numbers) is for gym envs; {self.suite} has "
-               "pixels" + (" or proprio" if self.suite == "dmc" else ""))
+               + " or ".join(observations))
+        _check(self.obs in observations, "env.obs", f"{self.suite} observes {' or '.join(observations)} only "
+               f"(got {self.obs!r})")
         _check(self.image_size >= 16, "env.image_size", f"must be >= 16 (got {self.image_size})")
         _check(self.action_repeat >= 1, "env.action_repeat", f"must be >= 1 (got {self.action_repeat})")
         _check(self.actions in ("minimal", "all"), "env.actions", f"allowed values are minimal, all (got {self.actions!r})")
         _check(self.noops >= 0, "env.noops", f"must be >= 0 (got {self.noops})")
         _check(self.nonfinite in ("error", "zero"), "env.nonfinite",
                f"allowed values are error, zero (got {self.nonfinite!r})")
-        if self.suite in ("atari", "atari100k", "crafter"):
-            _check(self.obs == "pixels", "env.obs", f"{self.suite} observes pixels only (got {self.obs!r})")
-        if self.suite == "gym":
-            _check(bool(self.id), "env.id", "the gym suite needs a Gymnasium env id, e.g. env.id=CartPole-v1")
 
     @property
     def name(self) -> str:
         return task_name(self.suite, self.domain, self.task, self.id)
 
 
-def task_name(suite: str, domain: str, task: str, env_id: Optional[str]) -> str:
+def task_name(suite_name: str, domain: str, task: str, env_id: Optional[str]) -> str:
     """The task's name in the official score files (dmc_walker_walk, atari100k_pong, crafter_reward)."""
-    if suite == "dmc":
-        return f"dmc_{domain}_{task}"
-    if suite == "gym":
-        return f"gym_{env_id}"
-    return f"{suite}_{task}"
+    from collectors.envs.suite import task_name as named
+
+    return named({"suite": suite_name, "domain": domain, "task": task, "id": env_id})
 
 
 def check_task(env: EnvConfig) -> None:
-    """The task exists (loads the suite's registry; before torch)."""
-    if env.suite == "dmc":
-        import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
-        from dm_control import suite
-
-        domains = sorted({d for d, _ in suite.ALL_TASKS})
-        _check(env.domain in domains, "env.domain",
-               f"unknown DMC domain {env.domain!r}; allowed: {', '.join(domains)}")
-        tasks = sorted(t for d, t in suite.ALL_TASKS if d == env.domain)
-        _check(env.task in tasks, "env.task",
-               f"unknown task {env.task!r} for domain {env.domain!r}; allowed: {', '.join(tasks)}")
-    elif env.suite == "gym":
-        import importlib
-
-        import gymnasium
-
-        from collectors.envs.gym import register_package_of
-
-        module, _, env_id = env.id.rpartition(":")  # "my_package:MyEnv-v0" registers on import
-        if module:
-            try:
-                importlib.import_module(module)
-            except ImportError as err:
-                _check(False, "env.id", f"cannot import {module!r} to register {env_id!r}: {err}")
-        try:
-            register_package_of(env_id)
-        except ImportError as err:
-            _check(False, "env.id", f"{env_id!r} is registered by a package that is not installed: {err}")
-        if env_id not in gymnasium.registry:
-            import difflib
-
-            close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
-            _check(False, "env.id", f"{env.id!r} is not a registered Gymnasium env id"
-                   + (f"; closest registered ids: {', '.join(close)}" if close else "")
-                   + " (import your env's package first, or register it)")
-    elif env.suite in ("atari", "atari100k"):
-        from collectors.envs.atari import games
-
-        _check(env.task in games(), "env.task", f"unknown Atari game {env.task!r}; ale-py ships: {', '.join(games())}")
-    elif env.suite == "crafter":
-        _check(env.task in ("reward", "noreward"), "env.task", f"allowed values are reward, noreward (got {env.task!r})")
+    """The task exists and its spec loads (the suite's own registry; before torch)."""
     from collectors.specs import env_spec
 
     try:
+        env_suite(env.suite).check(dataclasses.asdict(env))
         env_spec(env)
     except ValueError as err:  # the suite names the key: "env.obs: ..." / "env.id: ..."
         key, _, problem = str(err).partition(": ")

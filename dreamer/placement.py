@@ -10,7 +10,10 @@ training process's evaluator renders on MuJoCo's default GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
+
+from collectors.envs.suite import suite as env_suite
 
 from dreamer.config_errors import _check
 
@@ -73,7 +76,7 @@ def check(config: Any, gpus: Optional[int] = None) -> None:
 def describe(config: Any, learner_device: str, inference_device: str, gpus: int) -> str:
     """One line: what runs where."""
     devices = render_list(config.env.render_devices, gpus)
-    renders = config.env.suite == "dmc" and config.env.obs != "proprio"
+    renders = env_suite(config.env.suite).renders(dataclasses.asdict(config.env))
     if not renders:
         where = "no rendering"
     elif devices:

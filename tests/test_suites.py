@@ -279,3 +279,48 @@ def test_replay_bytes_per_transition_per_suite():
     assert spec_bytes(env_spec(PONG)) == 64 * 64 * 3 + 6 * 4 + 41
     assert spec_bytes(env_spec(FULL_ATARI)) == 96 * 96 + 18 * 4 + 41
     assert spec_bytes(env_spec(CRAFTER)) == 64 * 64 * 3 + 17 * 4 + 22 + 41  # + the achievements
+
+
+def test_a_new_suite_is_one_module_and_one_word_in_the_map(monkeypatch):
+    """docs/environments.md's worked example (tests/corridor_suite.py): with its entry in the one map,
+    the config, start-up check, spec, task name, placement and env factory all serve it."""
+    from collectors.envs import suite as suites
+    from dreamer import placement
+
+    monkeypatch.setitem(suites.SUITE_MODULES, "corridor", "tests.corridor_suite")
+    cfg = EnvConfig(suite="corridor", task="short", obs="proprio", action_repeat=1)
+    check_task(cfg)
+    assert cfg.name == "corridor_short"
+    assert env_spec(cfg) == env_spec(env_cfg(suite="corridor", task="short", obs="proprio", action_repeat=1))
+    spec = env_spec(cfg)
+    assert (spec.vector_dim, spec.action_dim, spec.discrete, spec.max_steps, spec.pixels) == (5, 2, True, 20, None)
+    with pytest.raises(ConfigError) as err:
+        check_task(EnvConfig(suite="corridor", task="wide", obs="proprio"))
+    assert err.value.key == "env.task" and "short, long" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        EnvConfig(suite="corridor", task="short", obs="pixels")
+    assert err.value.key == "env.obs" and "corridor observes proprio only" in str(err.value)
+    env = make_env(env_cfg(suite="corridor", task="short", obs="proprio", action_repeat=1), seed=0)
+    td = env.reset()
+    for _ in range(4):  # four steps right reach the end
+        td = env.step(td.set("action", torch.tensor([0.0, 1.0])))
+        reward, terminated = float(td["next", "reward"]), bool(td["next", "terminated"])
+        td = td["next"]
+    assert (reward, terminated) == (1.0, True)
+
+    class Config:
+        env = cfg
+    assert "no rendering" in placement.describe(Config, "cpu", "cpu", 0)
+
+
+def test_collectors_never_import_dreamer():
+    """The arrow runs one way: dreamer/ builds on collectors/, which knows nothing about learning."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    for path in sorted((ROOT / "collectors").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.split(".")[0] in ("dreamer", "benchmarks")], path

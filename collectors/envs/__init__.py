@@ -1,4 +1,5 @@
-"""Environments, one module per suite, behind one factory (`env.suite` picks the module).
+"""Environments, one module per suite, behind one factory (`env.suite` picks the module's `SUITE`
+through the one map in collectors/envs/suite.py).
 
   dmc      DeepMind Control (dm_control), continuous actions            collectors/envs/dmc.py
   gym      any registered Gymnasium env id                              collectors/envs/gym.py
@@ -19,10 +20,10 @@ def make_env(env_cfg: dict, seed: int, extra_transform=None):
     """One env of `env_cfg` (a plain dict of EnvConfig's fields) as a torchrl env, ending with the
     non-finite data guard (collectors/envs/guard.py)."""
     from collectors.envs.guard import FiniteGuard
-    from dreamer.env_config import task_name
+    from collectors.envs.suite import task_name
 
     worker = env_cfg.get("worker")
-    name = task_name(env_cfg.get("suite", "dmc"), env_cfg.get("domain"), env_cfg.get("task"), env_cfg.get("id"))
+    name = task_name(env_cfg)
     where = f"env worker {worker} ({name})" if worker is not None else f"the evaluation env ({name})"
     env = _make_env(dict(env_cfg, where=where), seed, extra_transform)
     env.append_transform(FiniteGuard(["observation"], where, env_cfg.get("nonfinite", "error")))
@@ -34,28 +35,9 @@ def make_env(env_cfg: dict, seed: int, extra_transform=None):
 
 
 def _make_env(env_cfg: dict, seed: int, extra_transform=None):
-    suite = env_cfg.get("suite", "dmc")
-    if suite == "dmc":
-        from collectors.envs.dmc import make_dmc_env
+    from collectors.envs.suite import suite
 
-        return make_dmc_env(env_cfg["domain"], env_cfg["task"], obs=env_cfg["obs"], image_size=env_cfg["image_size"],
-                            action_repeat=env_cfg["action_repeat"], camera=env_cfg.get("camera"),
-                            fast_visuals=env_cfg.get("fast_visuals", False), seed=seed,
-                            extra_transform=extra_transform, render_device=env_cfg.get("render_device"))
-    from collectors.envs.common import to_torchrl
-
-    if suite == "gym":
-        from collectors.envs.gym import make_gymnasium
-    elif suite in ("atari", "atari100k"):
-        from collectors.envs.atari import make_gymnasium
-    elif suite == "crafter":
-        from collectors.envs.crafter import make_gymnasium
-    else:
-        raise ValueError(f"env.suite: unknown suite {suite!r}")
-    from collectors.envs.guard import EnvErrors
-
-    env = EnvErrors(make_gymnasium(env_cfg, seed), env_cfg.get("where", suite), env_cfg.get("error_log"))
-    return to_torchrl(env, seed, extra_transform)
+    return suite(env_cfg.get("suite", "dmc")).make(env_cfg, seed, extra_transform)
 
 
 def _plain(env_cfg) -> dict:

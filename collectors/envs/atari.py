@@ -14,7 +14,7 @@ import threading
 import gymnasium
 import numpy as np
 
-from collectors.envs.common import resize
+from collectors.envs.common import gymnasium_suite, resize
 
 LENGTH_FRAMES = 108_000  # official `length`: 30 minutes of play at 60 frames/s
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # luminance (an equal average would merge colours)
@@ -102,3 +102,11 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> Atari:
     return Atari(cfg["task"], size=cfg["image_size"], gray=cfg.get("gray", False), repeat=cfg["action_repeat"],
                  sticky=cfg.get("sticky", False), actions=cfg.get("actions", "minimal"),
                  noops=cfg.get("noops", 30), seed=seed)
+
+
+def check(cfg: dict) -> None:
+    if cfg["task"] not in games():
+        raise ValueError(f"env.task: unknown Atari game {cfg['task']!r}; ale-py ships: {', '.join(games())}")
+
+
+SUITE = gymnasium_suite(make_gymnasium, ("pixels",), check=check)  # serves env.suite atari and atari100k

@@ -10,6 +10,8 @@ attribute (the episode limit in agent steps). `to_torchrl` wraps it with torchrl
 """
 from __future__ import annotations
 
+import functools
+
 import gymnasium
 import numpy as np
 from PIL import Image
@@ -66,3 +68,30 @@ def to_torchrl(env: gymnasium.Env, seed: int | None, extra_transform=None):
     if extra_transform is not None:
         transforms.append(extra_transform())
     return TransformedEnv(base, Compose(*transforms))
+
+
+def gymnasium_suite(make_gymnasium, observations: tuple[str, ...], **hooks):
+    """A Suite (collectors/envs/suite.py) for a suite whose `make_gymnasium(cfg, seed)` returns one of
+    our Gymnasium envs: its spec is read off that env, and the torchrl env wraps it in the app's fault
+    guard (collectors/envs/guard.py EnvErrors) and `to_torchrl`. `hooks`: check, task_name, renders."""
+    from collectors.envs.suite import Suite
+
+    return Suite(observations=observations, make=functools.partial(_make_torchrl, make_gymnasium),
+                 spec=functools.partial(_spec, make_gymnasium), **hooks)
+
+
+def _make_torchrl(make_gymnasium, cfg: dict, seed: int, extra_transform=None):
+    from collectors.envs.guard import EnvErrors
+
+    env = EnvErrors(make_gymnasium(cfg, seed), cfg.get("where", cfg["suite"]), cfg.get("error_log"))
+    return to_torchrl(env, seed, extra_transform)
+
+
+def _spec(make_gymnasium, cfg: dict):
+    from collectors.specs import gymnasium_spec
+
+    env = make_gymnasium(cfg, seed=0)
+    try:
+        return gymnasium_spec(env)
+    finally:
+        env.close()

@@ -12,7 +12,7 @@ import math
 import gymnasium
 import numpy as np
 
-from collectors.envs.common import ActionRepeat
+from collectors.envs.common import ActionRepeat, gymnasium_suite
 
 LENGTH = 10_000
 ACTIONS = 17
@@ -70,3 +70,11 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
         env = ActionRepeat(env, cfg["action_repeat"])
         env.max_steps = math.ceil(LENGTH / cfg["action_repeat"])
     return env
+
+
+def check(cfg: dict) -> None:
+    if cfg["task"] not in ("reward", "noreward"):
+        raise ValueError(f"env.task: allowed values are reward, noreward (got {cfg['task']!r})")
+
+
+SUITE = gymnasium_suite(make_gymnasium, ("pixels",), check=check)

@@ -12,23 +12,15 @@ are never rendered. Output keys:
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
-
 
 import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
 
 import dm_env
-from torchrl.envs import (
-    CatTensors,
-    Compose,
-    DoubleToFloat,
-    EnvBase,
-    InitTracker,
-    StepCounter,
-    PermuteTransform,
-    TransformedEnv,
-)
-from torchrl.envs.libs.dm_control import DMControlWrapper
+
+from collectors.envs.suite import Suite
 
 # DreamerV3 renders quadruped from camera 2; every other domain from camera 0.
 DEFAULT_CAMERAS = {"quadruped": 2}
@@ -74,12 +66,18 @@ class ActionRepeat(dm_env.Environment):
         return self._env.discount_spec()
 
 
-class DreamerDMCEnv(DMControlWrapper):
-    """torchrl's DMControlWrapper, accepting our ActionRepeat wrapper as the inner env."""
+@functools.lru_cache(maxsize=None)
+def dreamer_dmc_env() -> type:
+    """torchrl's DMControlWrapper, accepting our ActionRepeat wrapper as the inner env (built on first
+    use: this module's top level stays torch-free for start-up checks)."""
+    from torchrl.envs.libs.dm_control import DMControlWrapper
 
-    def _check_kwargs(self, kwargs: dict):
-        if "env" not in kwargs:
-            raise TypeError("Could not find environment key 'env' in kwargs.")
+    class DreamerDMCEnv(DMControlWrapper):
+        def _check_kwargs(self, kwargs: dict):
+            if "env" not in kwargs:
+                raise TypeError("Could not find environment key 'env' in kwargs.")
+
+    return DreamerDMCEnv
 
 
 def use_fast_visuals(physics, image_size: int) -> None:
@@ -109,7 +107,7 @@ def make_dmc_env(
     seed: int | None = None,
     extra_transform=None,
     render_device: int | None = None,
-) -> EnvBase:
+):
     """One DMC env as a torchrl EnvBase with the keys listed in the module docstring.
 
     `render_device`: the GPU this process renders on (MUJOCO_EGL_DEVICE_ID), None = MuJoCo's default.
@@ -123,6 +121,9 @@ def make_dmc_env(
         os.environ["MUJOCO_EGL_DEVICE_ID"] = str(render_device)
     from dm_control import suite
     from dm_control.suite.wrappers import pixels as pixel_wrapper
+    from torchrl.envs import (CatTensors, Compose, DoubleToFloat, InitTracker, PermuteTransform, StepCounter,
+                              TransformedEnv)
+
     raw = suite.load(domain, task, task_kwargs={"random": seed})
     state_keys = list(raw.observation_spec().keys())
     env = ActionRepeat(raw, action_repeat)
@@ -133,7 +134,7 @@ def make_dmc_env(
             camera = DEFAULT_CAMERAS.get(domain, 0)
         render_kwargs = {"height": image_size, "width": image_size, "camera_id": camera}
         env = pixel_wrapper.Wrapper(env, pixels_only=(obs == "pixels"), render_kwargs=render_kwargs)
-    base = DreamerDMCEnv(env=env)
+    base = dreamer_dmc_env()(env=env)
 
     transforms = []
     if obs in ("proprio", "both"):
@@ -147,3 +148,48 @@ def make_dmc_env(
     if extra_transform is not None:
         transforms.append(extra_transform())
     return TransformedEnv(base, Compose(*transforms))
+
+
+def make(cfg: dict, seed: int, extra_transform=None):
+    return make_dmc_env(cfg["domain"], cfg["task"], obs=cfg["obs"], image_size=cfg["image_size"],
+                        action_repeat=cfg["action_repeat"], camera=cfg.get("camera"),
+                        fast_visuals=cfg.get("fast_visuals", False), seed=seed, extra_transform=extra_transform,
+                        render_device=cfg.get("render_device"))
+
+
+@functools.lru_cache(maxsize=None)
+def task_dims(domain: str, task: str) -> tuple[int, int]:
+    """(proprio state vector size, action size) of a DMC task; loads it once per process."""
+    from dm_control import suite
+
+    env = suite.load(domain, task)
+    obs = sum(math.prod(s.shape) for s in env.observation_spec().values())
+    return int(obs), int(env.action_spec().shape[0])
+
+
+def spec(cfg: dict):
+    from collectors.specs import EnvSpec
+
+    vector_dim, action_dim = task_dims(cfg["domain"], cfg["task"])
+    size = cfg["image_size"]
+    return EnvSpec(pixels=(3, size, size) if cfg["obs"] in ("pixels", "both") else None,
+                   vector_dim=vector_dim if cfg["obs"] in ("proprio", "both") else None,
+                   action_dim=action_dim, discrete=False,
+                   max_steps=math.ceil(1000 / cfg["action_repeat"]))  # DMC: 1,000 physics steps
+
+
+def check(cfg: dict) -> None:
+    from dm_control import suite
+
+    domains = sorted({d for d, _ in suite.ALL_TASKS})
+    if cfg["domain"] not in domains:
+        raise ValueError(f"env.domain: unknown DMC domain {cfg['domain']!r}; allowed: {', '.join(domains)}")
+    tasks = sorted(t for d, t in suite.ALL_TASKS if d == cfg["domain"])
+    if cfg["task"] not in tasks:
+        raise ValueError(f"env.task: unknown task {cfg['task']!r} for domain {cfg['domain']!r}; "
+                         f"allowed: {', '.join(tasks)}")
+
+
+SUITE = Suite(observations=("pixels", "proprio", "both"), make=make, spec=spec, check=check,
+              task_name=lambda cfg: f"dmc_{cfg['domain']}_{cfg['task']}",
+              renders=lambda cfg: cfg["obs"] != "proprio")

@@ -12,6 +12,7 @@ Box, rescaled to [-1, 1]. Episodes end as Gymnasium says: `terminated` (continue
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import math
 import warnings
@@ -20,8 +21,7 @@ from dataclasses import dataclass, field
 import gymnasium
 import numpy as np
 
-from collectors.envs.common import ActionRepeat, check_action_space, resize
-from collectors.envs.guard import SPEC_MARK, EnvSpecChanged
+from collectors.envs.common import ActionRepeat, check_action_space, gymnasium_suite, resize
 
 NO_TIME_LIMIT_STEPS = 100_000  # evaluation's cap for an env registered without a time limit
 # Packages whose import registers these ids, so that env.id=MiniGrid-Empty-8x8-v0 works as it is.
@@ -152,18 +152,20 @@ class DreamerObservation(gymnasium.ObservationWrapper):
         if isinstance(space, gymnasium.spaces.Discrete):
             if not (np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.integer)
                     and space.start <= int(value) < space.start + space.n):
-                raise EnvSpecChanged(self._fault(f"{name} is {value!r}, outside its space {space}"))
+                raise self._fault(f"{name} is {value!r}, outside its space {space}")
             return value
         value = np.asarray(value)
         if value.shape != space.shape:
-            raise EnvSpecChanged(self._fault(f"{name} has shape {value.shape}; its space says {space.shape}"))
+            raise self._fault(f"{name} has shape {value.shape}; its space says {space.shape}")
         if key == self.image_key and value.dtype != space.dtype:  # pixels: uint8 as the space promised
-            raise EnvSpecChanged(self._fault(f"{name} has dtype {value.dtype}; its space says {space.dtype}"))
+            raise self._fault(f"{name} has dtype {value.dtype}; its space says {space.dtype}")
         return value
 
-    def _fault(self, what: str) -> str:
+    def _fault(self, what: str) -> Exception:
+        from collectors.envs.guard import SPEC_MARK, EnvSpecChanged  # torch: not at start-up's import
+
         when = f"env step {self.steps}" if self.steps else "a reset"
-        return f"{SPEC_MARK}{what}, from {self.where} at {when}"
+        return EnvSpecChanged(f"{SPEC_MARK}{what}, from {self.where} at {when}")
 
     def observation(self, observation):
         out = {}
@@ -216,3 +218,28 @@ def make_gymnasium(cfg: dict, seed: int | None = None) -> gymnasium.Env:
     env = DreamerObservation(env, cfg["obs"], cfg["image_size"], name, render=render, where=cfg.get("where"))
     env.max_steps = math.ceil(limit / cfg["action_repeat"]) if limit else NO_TIME_LIMIT_STEPS
     return env
+
+
+def check(cfg: dict) -> None:
+    """Start-up: the id names a registered env (importing `module:` first, as `make` does)."""
+    if not cfg.get("id"):
+        raise ValueError("env.id: the gym suite needs a Gymnasium env id, e.g. env.id=CartPole-v1")
+    module, _, env_id = cfg["id"].rpartition(":")  # "my_package:MyEnv-v0" registers on import
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(f"env.id: cannot import {module!r} to register {env_id!r}: {err}") from err
+    try:
+        register_package_of(env_id)
+    except ImportError as err:
+        raise ValueError(f"env.id: {env_id!r} is registered by a package that is not installed: {err}") from err
+    if env_id not in gymnasium.registry:
+        close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
+        raise ValueError(f"env.id: {cfg['id']!r} is not a registered Gymnasium env id"
+                         + (f"; closest registered ids: {', '.join(close)}" if close else "")
+                         + " (import your env's package first, or register it)")
+
+
+SUITE = gymnasium_suite(make_gymnasium, ("pixels", "proprio", "both", "symbolic"), check=check,
+                        task_name=lambda cfg: f"gym_{cfg['id']}")
