@@ -12,8 +12,8 @@ still picked by the CPU's features (cpuid): correctness does not depend on the a
 (tests/test_mkl_amd.py checks matmuls against float64).
 
 Applied on import of the `dreamer` package, only on an AMD x86-64 Linux CPU that has AVX-512, and
-only if torch is not imported yet. The library is built once with the C compiler ($CC or cc, the
-one inductor needs anyway) into ~/.cache/dreamer-app/. DREAMER_MKL_AMD=0 (false, off, no) keeps
+only if torch is not imported yet. The library is built with the C compiler ($CC or cc, the one
+inductor needs anyway) into ~/.cache/dreamer-app/ by `make install` (or by the first import). DREAMER_MKL_AMD=0 (false, off, no) keeps
 MKL's choice; a value that is neither on nor off keeps it too, and the status says why.
 `STATUS` says what happened, for the start-up line.
 """
@@ -90,3 +90,4 @@ def _apply(cache: Path) -> str | None:
     except (OSError, subprocess.SubprocessError) as err:
         return f"MKL: its default (AVX2) kernels on this AMD CPU (the AVX-512 shim failed: {err})"
     return ACTIVE
+

@@ -18,20 +18,9 @@ from dreamer.policy import (
     check_policy_keys,
     make_primer,
 )
+from tests.helpers import PIXELS, PROPRIO, TINY, XS, replay_batch
 
-def preset(name: str) -> WorldModelConfig:
-    """A conf/world_model/ preset as the app composes it."""
-    from omegaconf import OmegaConf
-
-    from tests.conftest import ROOT
-
-    merged = OmegaConf.merge(OmegaConf.structured(WorldModelConfig), OmegaConf.load(ROOT / f"conf/world_model/{name}.yaml"))
-    return OmegaConf.to_object(merged)
-
-
-TINY, XS = preset("tiny"), preset("xs")
 S = WorldModelConfig()  # the "s" defaults
-PIXELS, PROPRIO = ObsSpec(), ObsSpec(pixels=None, vector_dim=5)
 WM_LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic",
              "loss_model_representation", "loss_model_continue")
 
@@ -42,26 +31,6 @@ PARAM_COUNTS = {
     "xs": {"world_model": 4_503_539, "actor": 331_276, "critic": 393_727, "total": 5_228_542},
     "s": {"world_model": 10_829_891, "actor": 1_056_780, "critic": 1_181_439, "total": 13_068_110},
 }
-
-
-def replay_batch(B, T, obs: ObsSpec, action_dim, *, smooth=False, seed=0):
-    """Replay-format batch: root obs at t, action, is_init, next reward/done/terminated."""
-    g = torch.Generator().manual_seed(seed)
-    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
-    is_init[:, 0] = True
-    done = torch.zeros(B, T, 1, dtype=torch.bool)
-    done[0, -1] = True
-    td = {"action": torch.rand(B, T, action_dim, generator=g) * 2 - 1, "is_init": is_init,
-          "next": {"reward": torch.randn(B, T, 1, generator=g), "done": done, "terminated": done.clone()}}
-    if obs.pixels:
-        if smooth:  # a learnable image: a horizontal gradient
-            x = torch.linspace(0, 255, 64).round().to(torch.uint8)
-            td["pixels"] = x.view(1, 1, 1, 1, 64).expand(B, T, 3, 64, 64).clone()
-        else:
-            td["pixels"] = torch.randint(0, 256, (B, T, *obs.pixels), dtype=torch.uint8, generator=g)
-    if obs.vector_dim:
-        td["observation"] = 3 * torch.randn(B, T, obs.vector_dim, generator=g)
-    return TensorDict(td, [B, T])
 
 
 def tiny_agent(obs, action_dim, lr=None):

@@ -20,7 +20,7 @@ from torchrl.objectives import DreamerV3ActorLoss
 
 from dreamer.agent import build_agent
 from dreamer.config import LearnerConfig
-from tests.test_agent import PROPRIO, TINY
+from tests.helpers import PROPRIO, TINY
 
 
 def canary(changed: str, workaround: str) -> str:

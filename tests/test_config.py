@@ -1,18 +1,13 @@
 """Config composition and start-up validation, as users meet them."""
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from dreamer.config import Config, ConfigError, register_configs, validate
 from tests.conftest import ROOT
+from tests.helpers import composed
 
 register_configs()
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def test_defaults_compose_and_validate():

@@ -6,7 +6,7 @@ from tensordict import TensorDict
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.evaluate import Evaluator, open_loop_frames
 from dreamer.config import LearnerConfig
-from tests.test_agent import TINY
+from tests.helpers import TINY
 
 ENV = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
                             action_repeat=8, camera=None, fast_visuals=True))
@@ -42,7 +42,7 @@ def test_a_gpu_checkpoint_config_evaluates_on_this_machine(tmp_path):
 
     from dreamer import checkpoint
     from dreamer.evaluate import cli_config
-    from tests.test_config import composed
+    from tests.helpers import composed
 
     saved = OmegaConf.to_container(composed("experiment=seed_pixel_64env", "learner.cudagraph=true"))
     path = checkpoint.save(tmp_path / "checkpoints", 1000, {"config": saved, "frames": 1000, "updates": 10,

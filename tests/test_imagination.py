@@ -16,7 +16,7 @@ from dreamer.block_gru import FactoredBlockGRU
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner
 from dreamer.rssm_rollout import RSSMRollout
-from tests.test_agent import PROPRIO, TINY, XS, replay_batch
+from tests.helpers import PROPRIO, TINY, XS, replay_batch
 
 
 def _start(agent, n=6, seed=0):

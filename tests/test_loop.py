@@ -3,39 +3,14 @@ import math
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from collectors.episodes import EpisodeTracker
-from collectors.replay import ENV_INDEX
 from dreamer import checkpoint
 from dreamer.learner import MetricWindow
 from dreamer.trainer import Trainer
-from tests.test_config import composed
 from dreamer.app import load_resume_state
 from dreamer.config import ConfigError, validate
-
-SMALL = ("env=dmc_cartpole_balance", "world_model=tiny", "collector.num_envs=2", "replay.batch_size=4",
-         "replay.batch_length=8", "learner.prefill_frames=100", "learner.train_ratio=16", "logger=none")
-
-
-def transitions(env: int, start: int, steps: int, obs_dim: int = 5, done_at: int | None = None) -> TensorDict:
-    """`steps` consecutive transitions of one env in the collector's format."""
-    g = torch.Generator().manual_seed(env * 1000 + start)
-    done = torch.zeros(steps, 1, dtype=torch.bool)
-    if done_at is not None:
-        done[done_at] = True
-    is_init = torch.zeros(steps, 1, dtype=torch.bool)
-    is_init[0] = start == 0
-    return TensorDict({
-        ENV_INDEX: torch.full((steps,), env), "observation": torch.randn(steps, obs_dim, generator=g),
-        "action": torch.rand(steps, 1, generator=g) * 2 - 1, "is_init": is_init,
-        "is_last": torch.zeros_like(is_init), "step_count": torch.arange(start, start + steps).unsqueeze(-1),
-        # the tiny model's latent: 8 categoricals of 8 classes, a 64-unit GRU state
-        "replay_context": {"state": torch.randint(0, 8, (steps, 8), generator=g).to(torch.uint8),
-                           "belief": (torch.rand(steps, 64, generator=g) * 2 - 1).half()},
-        "next": {"reward": torch.rand(steps, 1, generator=g), "done": done, "terminated": torch.zeros_like(done)},
-    }, [steps])
-
+from tests.helpers import SMALL, composed, transitions
 
 def test_episode_tracker_sums_returns_per_env_across_chunks():
     tracker = EpisodeTracker()

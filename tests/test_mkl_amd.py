@@ -92,8 +92,7 @@ import json, dreamer, torch
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner
 from dreamer.agent import build_agent
-from tests.test_agent import PROPRIO, TINY, replay_batch
-from tests.test_regional import LOSSES
+from tests.helpers import LOSSES, PROPRIO, TINY, replay_batch
 batch = replay_batch(2, 9, PROPRIO, 1, seed=3)
 torch.manual_seed(0)
 cfg = LearnerConfig(compile=False, lr_warmup_steps=0, imagination_horizon=4)

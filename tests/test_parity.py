@@ -10,7 +10,7 @@ from collectors.records import CONTEXT, ContextSpec, ReplayRecords
 from dreamer.agent import ObsSpec, build_agent, build_nets, count_parameters
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner, to_loss_batch
-from tests.test_agent import TINY, preset
+from tests.helpers import TINY, preset
 
 PROPRIO = ObsSpec(pixels=None, vector_dim=5)
 WORLD_MODEL_PARTS = ("encoder", "prior", "posterior", "vector_decoder", "reward", "cont")
@@ -241,8 +241,8 @@ def test_a_sampled_sequence_starts_from_its_first_records_stored_latent():
 def test_the_learner_writes_refreshed_latents_back_into_replay(tmp_path):
     from dreamer.config import validate
     from dreamer.trainer import Trainer
-    from tests.test_config import composed
-    from tests.test_loop import SMALL, transitions
+    from tests.helpers import composed
+    from tests.helpers import SMALL, transitions
 
     trainer = Trainer(validate(composed(*SMALL)), tmp_path)
     trainer.collector_stopped = True
@@ -274,7 +274,7 @@ def test_the_learner_writes_refreshed_latents_back_into_replay(tmp_path):
 
 def test_write_back_skips_rows_overwritten_since_sampling():
     from collectors.replay import SequenceReplay
-    from tests.test_loop import transitions
+    from tests.helpers import transitions
 
     replay = SequenceReplay(1, 20, 1, 5)
     replay.member(0).extend(transitions(0, 0, 20))
@@ -289,7 +289,7 @@ def test_write_back_skips_rows_overwritten_since_sampling():
 
 # -- official defaults and sizes -------------------------------------------------------------
 def test_default_learner_carries_the_official_values():
-    from tests.test_config import composed
+    from tests.helpers import composed
     from dreamer.config import validate
 
     config = validate(composed("env=dmc_cartpole_balance", "world_model=size1m"))
@@ -309,7 +309,7 @@ def test_default_learner_carries_the_official_values():
 
 
 def test_v1_learner_preset_keeps_the_paper_values():
-    from tests.test_config import composed
+    from tests.helpers import composed
     from dreamer.config import validate
 
     config = validate(composed("env=dmc_cartpole_balance", "world_model=tiny", "learner=v1"))
@@ -339,7 +339,7 @@ def test_official_size1m_trains_a_step():
     cfg = preset("size1m")
     lc = LearnerConfig(lr_warmup_steps=0)
     agent = build_agent(cfg, lc, ObsSpec(), 6)
-    from tests.test_agent import replay_batch
+    from tests.helpers import replay_batch
 
     metrics = Learner(agent, lc).step(replay_batch(2, 5, ObsSpec(), 6))
     assert all(torch.isfinite(torch.as_tensor(v)) for v in metrics.values())

@@ -8,8 +8,7 @@ import torch
 
 from collectors.prefetch import Prefetcher
 from collectors.replay import SequenceReplay
-from tests.helpers import assert_sequences_consistent
-from tests.test_loop import transitions
+from tests.helpers import assert_sequences_consistent, transitions
 
 
 def filled_replay(num_envs=2, steps=64, length=9):

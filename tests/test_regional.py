@@ -13,11 +13,7 @@ from dreamer.config import LearnerConfig
 from dreamer.learner import Learner, resolve_flags
 from dreamer.regional import REGIONAL_MIN_UPDATES
 from dreamer.rssm_rollout import RSSMRollout
-from tests.test_agent import PROPRIO, TINY, replay_batch
-
-LOSSES = ("loss_model_reco", "loss_model_reward", "loss_model_dynamic", "loss_model_representation",
-          "loss_actor", "loss_value", "loss_replay_value")
-
+from tests.helpers import LOSSES, PROPRIO, TINY, replay_batch
 
 def test_auto_compiles_regions_only_for_long_cpu_runs():
     cpu, auto = torch.device("cpu"), LearnerConfig()
@@ -68,7 +64,7 @@ def test_regional_gives_the_eager_losses(tmp_path, monkeypatch, actor_grad):
 @pytest.mark.slow
 def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
     from tests.conftest import run_train
-    from tests.test_train import RUN
+    from tests.helpers import RUN
 
     proc = run_train(*RUN, "collector.total_frames=400", "learner.compile=regional", "eval.every=400",
                      f"hydra.run.dir={tmp_path / 'run'}", timeout=400,

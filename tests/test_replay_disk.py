@@ -7,7 +7,7 @@ import torch
 
 from collectors import replay_disk
 from collectors.replay import SequenceReplay
-from tests.test_loop import transitions
+from tests.helpers import transitions
 
 
 def filled(directory, steps=(40, 30), capacity=200):
@@ -97,8 +97,8 @@ def test_a_disk_run_resumes_its_replay_and_makes_the_same_update(tmp_path):
     from dreamer.app import load_resume_state
     from dreamer.config import validate
     from dreamer.trainer import Trainer
-    from tests.test_config import composed
-    from tests.test_loop import SMALL
+    from tests.helpers import composed
+    from tests.helpers import SMALL
 
     disk = (*SMALL, "replay.storage=disk")
     original = Trainer(validate(composed(*disk)), tmp_path)
@@ -126,8 +126,8 @@ def test_a_resume_with_damaged_files_is_one_config_error_or_goes_on_without_the_
     from dreamer.app import load_resume_state
     from dreamer.config import ConfigError, validate
     from dreamer.trainer import Trainer
-    from tests.test_config import composed
-    from tests.test_loop import SMALL
+    from tests.helpers import composed
+    from tests.helpers import SMALL
 
     disk = (*SMALL, "replay.storage=disk")
     trainer = Trainer(validate(composed(*disk)), tmp_path)

@@ -9,12 +9,8 @@ import pytest
 from dreamer.metrics import read_metrics
 from tests.conftest import ROOT, run_train
 from tests.helpers import processes_tagged
+from tests.helpers import RUN
 
-# Short episodes (action repeat 8: 125 steps) so a short run finishes several of them.
-RUN = ("env=dmc_cartpole_balance", "env.action_repeat=8", "world_model=tiny", "collector.num_envs=2",
-       "collector.transition_chunk_size=16", "replay.batch_size=4", "replay.batch_length=16",
-       "learner.prefill_frames=300", "learner.train_ratio=16", "logger.every=100",
-       "eval.every=400", "checkpoint.every=300")
 UPDATES_AT = {600: 1 + 300 * 16 // 64, 800: 1 + 500 * 16 // 64}  # 1 + (frames - prefill) x ratio / (B x T)
 
 
