@@ -89,9 +89,7 @@ def train(config: Config, run_dir: str | Path, metrics: MetricsLogger | None = N
     """Runs training to collector.total_frames. On a stop request (Ctrl-C/SIGTERM, see
     dreamer/stop.py) the collector's processes are stopped, a final checkpoint is written and
     KeyboardInterrupt propagates."""
-    trainer = Trainer(config, run_dir, resume, world)
-    if metrics is not None and metrics.run_id is not None:
-        trainer.run_id = metrics.run_id
+    trainer = Trainer(config, run_dir, resume, world, run_id=metrics.run_id if metrics is not None else None)
     if trainer.frames >= config.collector.total_frames:
         print(f"nothing to do: the checkpoint is at {trainer.frames} env steps >= collector.total_frames")
         return trainer

@@ -57,7 +57,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None, world=None):
+    def __init__(self, config: Config, run_dir: str | Path, resume: dict | None = None, world=None,
+                 run_id: str | None = None):
         # config: the run's totals (train ratio, budgets, intervals count env steps over all ranks);
         # share: this rank's envs, collector batch, replay batch and capacity (dreamer/distributed.py)
         self.world = world or SingleProcess()
@@ -104,6 +105,8 @@ class Trainer:
         self.refill: tuple[int, int] | None = None
         if resume is not None:
             self.load_state_dict(resume)
+        if run_id is not None:  # the logger's run (a resumed wandb run keeps its id)
+            self.run_id = run_id
         self.prefetcher = None  # started at the first update (replay can sample by then)
         self.collector = None
         self.watchdog = None
