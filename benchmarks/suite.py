@@ -118,7 +118,7 @@ class Job:
         self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
         self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
         self.proc: subprocess.Popen | None = None
-        self.start = time.monotonic()
+        self.start: float | None = None  # when its first command started
 
     def advance(self) -> bool:
         """Starts the next command when the current one is done; True when all are done."""
@@ -132,6 +132,7 @@ class Job:
             return True
         command = self.commands.pop(0)
         print("+", " ".join(command[1:]), flush=True)
+        self.start = self.start or time.monotonic()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
         with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
