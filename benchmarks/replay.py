@@ -10,7 +10,8 @@ RAM and once on disk (collectors/replay_disk.py), and measures per size:
            warm; with --drop-cache (root) also after dropping it
   save     seconds and bytes of a checkpoint that holds the replay (memory: the streams, written as
            the trainer does; disk: what locates the files)
-  RSS      of this process after filling (disk: mapped pages of the files count while they are cached)
+  RSS      of this process after filling: anonymous (its own memory) + file-backed (the disk replay's
+           mapped pages while they sit in the page cache: the kernel drops and rereads them)
 Sizes above --memory-max are measured on disk only (a 1M-record pixel replay is 12.5 GB of RAM, and
 a memory checkpoint clones it).
 """
@@ -92,16 +93,26 @@ def drop_cache() -> bool:
         return False
 
 
+def rss_parts() -> tuple[int, int]:
+    """This process's resident bytes: anonymous (its own memory) and file-backed (mapped files'
+    pages in the page cache, which the kernel can drop and read back), from /proc/self/status."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    kib = {k: int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssFile", "RssShmem") if k in fields}
+    if not kib:  # not Linux: all of it as anonymous
+        return psutil.Process().memory_info().rss, 0
+    return kib.get("RssAnon", 0), kib.get("RssFile", 0) + kib.get("RssShmem", 0)
+
+
 def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> dict:
     from collectors.replay import SequenceReplay
 
     run_dir = base / f"{storage}-{n}"
     run_dir.mkdir(parents=True)
     directory = run_dir / "replay" if storage == "disk" else None
-    rss0 = psutil.Process().memory_info().rss
+    rss0 = rss_parts()
     replay = SequenceReplay(2, n, 16, 65, directory=directory)
     fill_s = fill(replay, n)
-    rss = psutil.Process().memory_info().rss - rss0
+    anon, file = (after - before for after, before in zip(rss_parts(), rss0))
 
     def same(batch, length):  # the filled streams, sampled at another shape (no copy)
         replay.batch_size, replay.batch_length = batch, length
@@ -110,7 +121,8 @@ def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> d
         replay.buffer.num_buffer_sampled, replay.buffer._batch_size = batch, batch * length
         return replay
 
-    row = {"records": n, "storage": storage, "fill_s": fill_s, "rss_mb": rss / 2**20,
+    row = {"records": n, "storage": storage, "fill_s": fill_s, "rss_mb": (anon + file) / 2**20,
+           "rss_anon_mb": anon / 2**20, "rss_file_mb": file / 2**20,
            "sample_ms": sample_ms(same, samples)}
     if dropping and storage == "disk" and drop_cache():
         row["sample_cold_ms"] = sample_ms(same, max(3, samples // 4))
@@ -123,13 +135,14 @@ def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> d
 def table(rows: list[dict]) -> str:
     shapes = [f"{b}x{t}" for b, t in SHAPES]
     head = ("| records | storage | " + " | ".join(f"sample {s} ms" for s in shapes)
-            + " | checkpoint s | checkpoint bytes | RSS after filling (MB) | fill s |")
+            + " | checkpoint s | checkpoint bytes | RSS after filling: anonymous + file-backed (MB) | fill s |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
         cold = r.get("sample_cold_ms", {})
         cells = [f"{r['sample_ms'][s]:.1f}" + (f" (cold {cold[s]:.1f})" if s in cold else "") for s in shapes]
         lines.append(f"| {r['records']:,} | {r['storage']} | " + " | ".join(cells)
-                     + f" | {r['save_s']:.2f} | {r['save_bytes']:,} | {r['rss_mb']:,.0f} | {r['fill_s']:.1f} |")
+                     + f" | {r['save_s']:.2f} | {r['save_bytes']:,} | {r['rss_anon_mb']:,.0f} + {r['rss_file_mb']:,.0f} "
+                     f"| {r['fill_s']:.1f} |")
     return "\n".join(lines)
 
 

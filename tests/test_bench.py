@@ -1,5 +1,6 @@
 """The collector benchmark runs end to end and prints its table (figures are not asserted)."""
 import json
+import re
 import subprocess
 import sys
 
@@ -291,6 +292,7 @@ def test_replay_bench_measures_memory_and_disk_in_one_table(tmp_path):
     assert [r.split("|")[2].strip() for r in rows] == ["memory", "disk"]
     memory, disk = ([c.strip() for c in r.strip("|").split("|")] for r in rows)
     assert int(disk[5].replace(",", "")) < 10_000 < int(memory[5].replace(",", ""))  # checkpoint bytes
+    assert all(re.fullmatch(r"-?[\d,]+ \+ -?[\d,]+", row[6]) for row in (memory, disk))  # RSS: anonymous + file
     assert list(tmp_path.iterdir()) == []  # its replays removed
 
 
