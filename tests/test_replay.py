@@ -78,7 +78,7 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
 
     from collectors.collector import build_collector
     from collectors.envs import env_factory
-    from collectors.specs import task_dims
+    from collectors.envs.dmc import task_dims
     from collectors.records import ContextSpec, ReplayRecords
     from collectors.specs import bytes_per_transition, context_bytes
     from dreamer.agent import ObsSpec
