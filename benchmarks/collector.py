@@ -97,7 +97,7 @@ def bench_env(args):
 
     preset = Path(__file__).resolve().parents[1] / "conf" / "env" / f"{args.env}.yaml"
     if preset.exists():
-        cfg = EnvConfig(**yaml.safe_load(preset.read_text()))
+        cfg = EnvConfig(**(yaml.safe_load(preset.read_text()) or {}))  # a preset lists what differs
     else:
         domain, task = args.env.split("/")
         cfg = EnvConfig(domain=domain, task=task, obs=args.obs, fast_visuals=args.fast_visuals)

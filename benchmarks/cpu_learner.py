@@ -94,10 +94,16 @@ OFFICIAL_DIMS = ("deter", "hidden", "stoch", "classes", "blocks", "mlp_units", "
 
 
 def preset_dims(size: str, obs: str = "proprio") -> dict:
-    """The dimensions of conf/world_model/<size>.yaml that benchmarks/official_learner.py maps to its keys."""
+    """The dimensions of conf/world_model/<size>.yaml (over the schema's defaults) that
+    benchmarks/official_learner.py maps to its keys."""
+    import dataclasses
+
     import yaml
 
-    preset = yaml.safe_load((ROOT / "conf" / "world_model" / f"{size}.yaml").read_text())
+    from dreamer.config import WorldModelConfig
+
+    preset = {**dataclasses.asdict(WorldModelConfig()),
+              **(yaml.safe_load((ROOT / "conf" / "world_model" / f"{size}.yaml").read_text()) or {})}
     return {key: preset[key] for key in OFFICIAL_DIMS + (("cnn_depth", "cnn_mults") if obs == "pixels" else ())}
 
 

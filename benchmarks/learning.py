@@ -73,7 +73,7 @@ def preset_env(preset: str, overrides: list[str]):
     exp = yaml.safe_load((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text())
     env_name = next((d["override /env"] for d in exp.get("defaults", []) if isinstance(d, dict)
                      and "override /env" in d), "dmc_walker_walk")
-    env = yaml.safe_load((ROOT / "conf" / "env" / f"{env_name}.yaml").read_text())
+    env = yaml.safe_load((ROOT / "conf" / "env" / f"{env_name}.yaml").read_text()) or {}  # {}: the schema's
     env.update(exp.get("env", {}))
     for item in overrides:
         key, _, value = item.partition("=")

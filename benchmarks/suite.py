@@ -70,7 +70,7 @@ def env_config(task: Task, overrides: list[str]):
 
     items = [*task.env, *overrides]
     preset = next(item.split("=", 1)[1] for item in items if item.startswith("env="))
-    env = yaml.safe_load((ROOT / "conf" / "env" / f"{preset}.yaml").read_text())
+    env = yaml.safe_load((ROOT / "conf" / "env" / f"{preset}.yaml").read_text()) or {}  # {}: the schema's
     for item in items:
         key, _, value = item.partition("=")
         if key.startswith("env."):

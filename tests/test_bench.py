@@ -182,11 +182,11 @@ def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm(tmp_path):
 def test_the_official_learner_is_built_at_our_presets_shapes(size):
     """benchmarks/official_learner.py (run in the official's venv) sets the official config keys from
     the dimensions cpu_learner reads from our preset; its default is tiny.yaml's."""
-    from omegaconf import OmegaConf
-
     from benchmarks.cpu_learner import preset_dims
     from benchmarks.official_learner import TINY, shape_overrides
-    preset = OmegaConf.load(ROOT / "conf" / "world_model" / f"{size}.yaml")
+    from tests.helpers import preset as composed_preset
+
+    preset = composed_preset(size)
     if size == "tiny":
         assert preset_dims("tiny") == TINY
     keys = shape_overrides(preset_dims(size), batch=16, length=64, seed=0, logdir="/tmp/x")
