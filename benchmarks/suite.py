@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -145,6 +146,12 @@ class Job:
             self.proc.wait()
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill, a scheduler) ends the suite as Ctrl-C does: its running jobs are stopped, each
+    with a checkpoint a later suite resumes from, instead of training on as orphans."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def run_jobs(jobs: list[Job], parallel: int) -> None:
     pending, running = list(jobs), []
     try:
@@ -253,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     unknown = [t for t in args.tasks.split(",") if t not in TASKS]
     if unknown:
         parser.error(f"--tasks: unknown {', '.join(unknown)}; known: {', '.join(TASKS)}")

@@ -305,3 +305,26 @@ def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_pa
     resumed = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)[0]
     assert not any(a.startswith("resume=") for a in fresh)
     assert resumed == fresh + [f"resume={tmp_path / 'checkpoints'}"]
+
+
+def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
+    """SIGTERM to the suite reaches its jobs (each checkpoints and stops): none is left training."""
+    import signal
+    import time
+
+    import psutil
+
+    script = ("import sys; from pathlib import Path; from benchmarks.suite import TASKS, Job, run_jobs, stop_on_sigterm\n"
+              "stop_on_sigterm()\n"
+              f"job = Job(TASKS['CartPole-v1'], 0, [[sys.executable, '-c', 'import time; time.sleep(600)']], "
+              f"Path({str(tmp_path)!r}), None)\n"
+              "run_jobs([job], 1)\n")
+    suite = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not psutil.Process(suite.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = psutil.Process(suite.pid).children()
+    assert len(children) == 1
+    suite.send_signal(signal.SIGTERM)
+    assert suite.wait(timeout=120) == 128 + signal.SIGTERM
+    assert not children[0].is_running() or children[0].status() == psutil.STATUS_ZOMBIE
