@@ -77,7 +77,10 @@ def test_an_env_stuck_in_step_or_reset_ends_the_run_naming_it(tmp_path, hang):
     call = "step()" if hang == "step" else "reset()"
     assert f"(gym_tests.gym_envs:DreamerTest/Hang-{hang}-v0) (pid " in errors[0], errors[0]
     assert f"has not returned from {call} for " in errors[0] and "(collector.env_timeout_s=10)" in errors[0]
-    assert "last good checkpoint:" in errors[0], errors[0]
+    # the final checkpoint, or, when the main thread does not reach a stop point within the
+    # watchdog's 30 s (a learner update on a busy machine), the periodic one, said as such
+    assert ("last good checkpoint:" in errors[0]
+            or "so no final checkpoint was written: the last one in the run's checkpoints/ resumes it" in errors[0]), errors[0]
     state = checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"))
     assert state["frames"] > 0
 
