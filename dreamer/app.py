@@ -23,7 +23,8 @@ from dreamer.replay_plan import replay_dir, replay_plan, replay_storage
 from dreamer.disk import DiskFullError
 from dreamer.distributed import RankLostError
 from dreamer.loop import train
-from dreamer.trainer import STATE_KEYS, NonFiniteLossError
+from dreamer.trainer import STATE_KEYS
+from dreamer.updates import NonFiniteLossError
 from dreamer.metrics import MetricsLogger, sweep_group_name
 from dreamer.stop import StopRequest
 
@@ -39,7 +40,7 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     exit_if_stopped(stop)  # during the imports: nothing started yet
     world = connect_ranks(config)
     try:
-        state = load_resume_state(config, world.size)
+        state = load_resume_state(config, world.size, world.rank)
     except (ConfigError, checkpoint.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -118,7 +119,7 @@ def quiet_resource_tracker() -> None:
 def connect_ranks(config: Config):
     """torchrun's ranks (dreamer/distributed.py), or the single process of a plain run."""
     from dreamer.distributed import connect
-    from dreamer.trainer import resolve_device
+    from dreamer.placement import resolve_device
 
     return connect(cuda=resolve_device(config.learner.device).startswith("cuda"))
 
@@ -200,7 +201,7 @@ def exit_if_stopped(stop: StopRequest) -> None:
         sys.exit(130)
 
 
-def load_resume_state(config: Config, world_size: int = 1) -> dict | None:
+def load_resume_state(config: Config, world_size: int = 1, rank: int = 0) -> dict | None:
     if config.checkpoint.resume is None:
         return None
     state = checkpoint.load(config.checkpoint.resume, required=STATE_KEYS)
@@ -208,18 +209,28 @@ def load_resume_state(config: Config, world_size: int = 1) -> dict | None:
     if state["replay"] is not None and saved_world != world_size:
         raise ConfigError("resume", f"the checkpoint holds the replay of a {saved_world}-process run; resume it "
                           f"with {saved_world} process(es), or from a checkpoint written with checkpoint.replay=false")
-    disk = state.get("replay_disk") if config.checkpoint.replay else None
-    if disk is not None:  # the run goes on in the checkpoint's replay files (collectors/replay_disk.py)
+    # the replay files of each rank (one locator per rank; a single process's is rank 0's)
+    located = state.get("replay_disk_ranks") or ([state["replay_disk"]] if state.get("replay_disk") else None)
+    state["replay_disk"] = None
+    if located is not None and config.checkpoint.replay and len(located) != world_size:
+        state["replay_note"] = (f"the checkpoint's replay is that of {len(located)} process(es), this run has "
+                                f"{world_size}: each rank refills its replay (learner.prefill_frames) first")
+    elif located is not None and config.checkpoint.replay:
+        # the run goes on in the checkpoint's replay files (collectors/replay_disk.py); every rank
+        # checks every rank's files, so a bad file stops all ranks with the same line
         from collectors import replay_disk
 
         resume = Path(config.checkpoint.resume)
         run_dir = (resume if resume.is_dir() else resume.parent).parent
-        state["replay_dir"] = replay_disk.resolve_dir(disk, run_dir)
-        try:
-            replay_disk.check_files(disk, state["replay_dir"])
-        except replay_disk.ReplayFilesError as err:
-            raise ConfigError("resume", f"{err}; checkpoint.replay=false resumes without the replay") from None
+        for r, disk in enumerate(located):
+            try:
+                replay_disk.check_files(disk, replay_disk.resolve_dir(disk, run_dir))
+            except replay_disk.ReplayFilesError as err:
+                raise ConfigError("resume", f"{err}; checkpoint.replay=false resumes without the replay") from None
+        state["replay_disk"] = located[rank]
+        state["replay_dir"] = replay_disk.resolve_dir(located[rank], run_dir)
         config.replay.storage = "disk"
+    disk = state["replay_disk"]
     now = OmegaConf.to_container(OmegaConf.structured(config))
     keys = [(section, key) for section in MUST_MATCH_ON_RESUME for key in state["config"][section]]
     if state["replay"] is not None or disk is not None:  # one replay stream per env
@@ -252,7 +263,7 @@ def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
     import torch
 
     from dreamer import placement
-    from dreamer.trainer import resolve_device
+    from dreamer.placement import resolve_device
 
     print(placement.describe(config, resolve_device(config.learner.device), resolve_device(col.device),
                              torch.cuda.device_count()))
@@ -261,6 +272,8 @@ def describe(config: Config, state: dict | None, world_size: int = 1) -> None:
              f"on disk in {replay_dir(config, HydraConfig.get().runtime.output_dir)}" if config.replay.storage == "disk"
              else "of host RAM")
     print(f"replay: up to {config.replay.capacity:,} transitions x {per:,} bytes = {total / 1e9:.2f} GB {where}")
+    if state and state.get("replay_note"):
+        print(f"replay: {state['replay_note']}")
 
 
 def make_logger(config: Config, run_dir: str, run_id: str | None = None) -> MetricsLogger:

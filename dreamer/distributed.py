@@ -54,6 +54,9 @@ class SingleProcess:
     def broadcast_object(self, value):
         return value
 
+    def gather_object(self, value) -> list | None:
+        return [value]
+
     def in_sync(self, module: torch.nn.Module) -> bool:
         return True
 
@@ -139,6 +142,12 @@ class Ranks(SingleProcess):
         box = [value]
         self._collective(self.dist.broadcast_object_list, box, src=0, group=self.cpu_group)
         return box[0]
+
+    def gather_object(self, value) -> list | None:
+        """Every rank's `value` in rank order on rank 0; None on the others."""
+        values = [None] * self.size if self.is_main else None
+        self._collective(self.dist.gather_object, value, values, dst=0, group=self.cpu_group)
+        return values
 
     def in_sync(self, module: torch.nn.Module) -> bool:
         """True when every rank holds bitwise the same parameters and buffers (digests compared)."""

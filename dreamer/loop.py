@@ -28,6 +28,7 @@ from dreamer.disk import DiskFullError, is_no_space
 from dreamer.evaluate import Evaluator
 from dreamer.learner import MetricWindow
 from dreamer.metrics import MetricsLogger, read_metrics
+from dreamer.run_state import replay_bytes
 from dreamer.distributed import RankLostError
 from dreamer.stop import StopRequest
 from dreamer.trainer import Trainer
@@ -118,18 +119,18 @@ class _Loop:
         finished, first_update = False, True  # first in this process (a resumed run compiles again)
         failure = None
         try:
-            t.start_collector()
+            t.collection.start(t.acting)
             while True:
                 if t.agree(self.stop.requested):  # any rank's Ctrl-C/SIGTERM stops all, together
                     raise StopAgreed(self.stop.signal_name or "another rank stopped")
-                t.check_collector()
+                t.collection.check()
                 frames = t.frames
                 if frames >= total:
-                    t.stop_collector()
+                    t.collection.stop()
                 target = t.target_updates(frames)
                 if t.updates < target:
                     if target - t.updates > lag_allowed:
-                        t.hold_collection(True)  # until caught up: pausing costs a worker round trip
+                        t.collection.hold(True)  # until caught up: pausing costs a worker round trip
                     if first_update:
                         # The first update: torch.compile / CUDA-graph capture, or cold eager caches.
                         # Collection paused: torchrl wants the replay writer quiescent for capture (a
@@ -137,14 +138,14 @@ class _Loop:
                         # uniform-random prefill policy would otherwise race ~800 steps past the ratio
                         # meanwhile. Compiling takes minutes on a CPU: a stop request is honoured
                         # while it runs (on a helper thread).
-                        with t.collection_paused():
+                        with t.collection.paused():
                             progress.add_losses(self.stop.wait_for(lambda: t.update(push=False)))
                             t.push_if_due()  # collector calls stay on the main thread (watchdog)
                         first_update = False
                     else:
                         progress.add_losses(t.update())
                 else:
-                    t.hold_collection(False)
+                    t.collection.hold(False)
                     if frames >= total:
                         break
                     time.sleep(0.005)
@@ -157,13 +158,16 @@ class _Loop:
             raise
         finally:
             progress.close()
-            t.stop_prefetch()
+            t.step.close()
             rank_lost = isinstance(failure, RankLostError)
-            t.stop_collector(kill=rank_lost)
+            t.collection.stop(kill=rank_lost)
             if not finished and self.evaluator is not None:
                 self.evaluator.close()
-            if main and (t.updates > 0 or finished or t.frames > t.frames_at_start):
-                self.final_checkpoint(failure)
+            # Data-parallel ranks save together (each rank's replay files located) when they end
+            # together: finished, or a stop they agreed on; after any other fault rank 0 alone.
+            together = t.world.size > 1 and (failure is None or isinstance(failure, StopAgreed))
+            if (main or together) and (t.updates > 0 or finished or t.frames > t.frames_at_start):
+                self.final_checkpoint(failure, together)
             if isinstance(failure, StopAgreed):
                 # Stopped together (Ctrl-C or SIGTERM on any rank): no rank exits before every rank has
                 # stopped its collector and rank 0 has its checkpoint; torchrun SIGTERMs the process
@@ -180,11 +184,13 @@ class _Loop:
             self.evaluator.close()
         self.write_scores()
 
-    def final_checkpoint(self, failure: BaseException | None) -> None:
+    def final_checkpoint(self, failure: BaseException | None, together: bool) -> None:
         """The checkpoint at the end, also after an error or a stop. If the disk is full, the error
         already in flight (or this one, after a clean end) says so; the save leaves no partial file."""
         try:
-            tqdm.write(f"checkpoint: {self.t.save_checkpoint()}")
+            path = self.t.save_checkpoint(together)
+            if path is not None:
+                tqdm.write(f"checkpoint: {path}")
         except DiskFullError as err:
             if failure is None:
                 raise
@@ -217,17 +223,17 @@ class _Loop:
                 raise RuntimeError("the ranks' weights differ: data-parallel updates went out of step")
 
     def periodic(self, frames: int, progress: Progress) -> None:
-        if not self.t.world.is_main:
-            return
-        if frames >= self.next_log:
+        """Rank 0 logs and evaluates; every rank takes part in a checkpoint (its replay files)."""
+        main = self.t.world.is_main
+        if main and frames >= self.next_log:
             self.log(frames, progress)
             self.next_log = _next_multiple(frames, self.cfg.logger.every)
-        if frames >= self.next_eval and self.t.updates > 0:
-            with self.t.collection_paused():  # else collection races past the train ratio meanwhile
+        if main and frames >= self.next_eval and self.t.updates > 0:
+            with self.t.collection.paused():  # else collection races past the train ratio meanwhile
                 self.evaluate(frames)
             self.next_eval = _next_multiple(frames, self.cfg.eval.every)
         if frames >= self.next_ckpt and self.t.updates > 0:
-            with self.t.collection_paused():
+            with self.t.collection.paused():
                 self.t.save_checkpoint()
             self.next_ckpt = _next_multiple(frames, self.cfg.checkpoint.every)
 
@@ -239,11 +245,11 @@ class _Loop:
         if frames > f0:
             values["collect/driver_cpu_ms_per_step"] = 1000 * (now_cpu - cpu) / (frames - f0)
         self.writer_cpu = (now_cpu, frames)
-        values.update({"replay/size": len(t.replay), "replay/bytes": t.replay_bytes(), "train/updates": t.updates,
+        values.update({"replay/size": len(t.replay), "replay/bytes": replay_bytes(t.replay), "train/updates": t.updates,
                        "policy/lag_updates": t.updates - t.synced_at,
                        "time/elapsed_s": time.monotonic() - self.started, **memory_mb()})
         if self.cfg.env.nonfinite == "zero" and getattr(t, "records", None) is not None:
-            values["collect/nonfinite_values"] = t.records.nonfinite
+            values["collect/nonfinite_values"] = t.collection.records.nonfinite
         if self.metrics is not None:
             self.metrics.log(frames, values)
 

@@ -20,6 +20,17 @@ from dreamer.config_errors import _check
 RENDER_ENV_VAR = "MUJOCO_EGL_DEVICE_ID"
 
 
+def resolve_device(name: str, local_rank: int | None = None) -> str:
+    """auto -> cuda if available else cpu; a plain `cuda` of a data-parallel rank -> cuda:<local rank>."""
+    if name == "auto":
+        import torch
+
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        return f"cuda:{local_rank}"
+    return name
+
+
 def gpu_count() -> int:
     import torch
 

@@ -1,12 +1,19 @@
 """What a checkpoint holds beside the networks, in plain types (tensors, lists, numbers: a weights-only
-load builds them): every RNG's state, and replay streams as nested dicts of tensors."""
+load builds them): every RNG's state, and the replay: its streams as nested dicts of tensors (in
+RAM), or where its files are (on disk: collectors/replay_disk.py; data-parallel, every rank's)."""
 from __future__ import annotations
 
+import logging
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+
+from collectors import replay_disk
+
+log = logging.getLogger(__name__)
 
 
 def plain_stream(stream: TensorDictBase | None) -> dict | None:
@@ -33,3 +40,60 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def replay_state(replay, checkpoint_cfg, world, run_dir: Path, together: bool = True) -> dict | None:
+    """The checkpoint's replay entries (`replay`: streams in RAM; `replay_disk`: this process's files;
+    `replay_disk_ranks`: every rank's files). Data-parallel, every rank calls this together and
+    ranks other than 0 get None; `together=False` (another rank may be gone): rank 0 alone, no replay."""
+    on_disk = replay.directory is not None
+    keep = checkpoint_cfg.replay and (on_disk or _fits(replay, checkpoint_cfg.replay_max_gb, world.size))
+    state = {"replay": None, "replay_disk": None, "replay_disk_ranks": None}
+    if world.size == 1:
+        if keep and on_disk:
+            state["replay_disk"] = replay_disk.checkpoint_state(replay, replay.directory, run_dir)
+        elif keep:
+            state["replay"] = [plain_stream(replay.stream(e)) for e in range(replay.num_envs)]
+        return state
+    own = replay_disk.checkpoint_state(replay, replay.directory, run_dir) if keep and on_disk else None
+    located = world.gather_object(own) if together else [own] + [None] * (world.size - 1)
+    if not world.is_main:
+        return None
+    if keep and on_disk and all(loc is not None for loc in located):
+        state["replay_disk_ranks"] = located
+    elif checkpoint_cfg.replay:
+        log.info("data-parallel run: checkpoint holds no replay (%s)",
+                 "another rank may be gone" if on_disk else "each rank's replay in RAM is its own")
+    return state
+
+
+def _fits(replay, max_gb: float, world_size: int) -> bool:
+    """A replay in RAM goes into a single process's checkpoint up to checkpoint.replay_max_gb."""
+    if world_size > 1:
+        return False
+    gib = replay_bytes(replay) / 2**30
+    if gib > max_gb:
+        log.warning("replay (%.1f GiB) exceeds checkpoint.replay_max_gb; checkpoint holds no replay "
+                    "(replay.storage=disk keeps a replay of any size: its checkpoints locate the files)", gib)
+    return gib <= max_gb
+
+
+def restore_replay(replay, state: dict) -> int:
+    """The checkpoint's replay back into `replay` (empty): its streams, or its files reopened (see
+    dreamer/app.py's load_resume_state). Returns how many records on disk were written after the
+    checkpoint (ignored)."""
+    if state.get("replay_dir") is not None:
+        return sum(replay_disk.reopen(replay, state["replay_disk"], Path(state["replay_dir"])))
+    for env, stream in enumerate(state["replay"] or []):
+        if stream is not None:
+            replay.member(env).extend(TensorDict(stream["data"], batch_size=[stream["length"]]))
+    return 0
+
+
+def replay_bytes(replay) -> int:
+    total = 0
+    for env in range(replay.num_envs):
+        member = replay.member(env)
+        if len(member):
+            total += member.storage[:1].bytes() * len(member)
+    return total

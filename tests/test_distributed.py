@@ -204,9 +204,14 @@ def rank_dirs() -> set[str]:
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_train_in_step_log_once_and_resume(tmp_path):
+def test_torchrun_two_ranks_train_in_step_log_once_and_resume_each_ranks_replay(tmp_path):
+    from dreamer.app import load_resume_state
+    from dreamer.config import validate
+    from tests.helpers import composed
+
     before = rank_dirs()
-    proc = torchrun(tmp_path, "collector.total_frames=900")  # quick logs to wandb (offline)
+    disk = "replay.storage=disk"
+    proc = torchrun(tmp_path, "collector.total_frames=900", disk)  # quick logs to wandb (offline)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     assert "data parallel over 2 ranks: each runs 1 envs and samples 8 of the 16 sequences" in out
@@ -219,16 +224,32 @@ def test_torchrun_two_ranks_train_in_step_log_once_and_resume(tmp_path):
     # the train ratio over all ranks: global batch 16 x 16 steps at ratio 64 = one update per 4
     # env steps of either rank after the 300-step prefill
     assert state["updates"] == 1 + (state["frames"] - 300) // 4
-    assert state["replay"] is None  # a documented choice: each rank's replay is its own
+    # each rank's replay files located in rank 0's checkpoint (RAM replay would stay each rank's own)
+    assert state["replay"] is None and state["replay_disk"] is None
+    located = state["replay_disk_ranks"]
+    assert [loc["dir"] for loc in located] == ["replay/rank0", "replay/rank1"]
+    lengths = [loc["streams"][0]["length"] for loc in located]
+    assert min(lengths) > 0 and sum(lengths) >= state["frames"]  # + one final record per episode
     assert rank_dirs() == before, "a rank's placeholder Hydra dir was left in /tmp"
 
-    proc = torchrun(tmp_path, "collector.total_frames=1300", f"resume={tmp_path / 'checkpoints'}")
+    proc = torchrun(tmp_path, "collector.total_frames=1300", disk, f"resume={tmp_path / 'checkpoints'}")
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     assert f"resuming at {state['frames']} env steps, {state['updates']} updates" in out
+    assert f"on disk in {tmp_path / 'replay' / 'rank0'} (the checkpoint's files)" in out
     assert "weights and statistics identical: yes" in out
     resumed = checkpoint.load(tmp_path / "checkpoints")
-    assert resumed["frames"] >= 1300 and resumed["updates"] > state["updates"]
+    # no refill: the ratio's count goes on as in one uninterrupted run, and each rank's replay grew
+    assert resumed["frames"] >= 1300 and resumed["updates"] == 1 + (resumed["frames"] - 300) // 4
+    grown = [loc["streams"][0]["length"] for loc in resumed["replay_disk_ranks"]]
+    assert sum(grown) >= sum(lengths) + resumed["frames"] - state["frames"], (lengths, grown)
+
+    # another world size refills, and says so; rank 1 of two reopens rank 1's files
+    path = f"resume={checkpoint.latest(tmp_path / 'checkpoints')}"
+    alone = load_resume_state(validate(composed(*SHORT, disk, path)), world_size=1)
+    assert alone["replay_disk"] is None and "that of 2 process(es), this run has 1" in alone["replay_note"]
+    second = load_resume_state(validate(composed(*SHORT, disk, path)), world_size=2, rank=1)
+    assert second["replay_dir"] == tmp_path / "replay" / "rank1"
 
 
 def _wait_for_updates(proc: subprocess.Popen, run_dir: Path, timeout: float = 240) -> None:

@@ -73,10 +73,10 @@ def test_resume_with_another_env_count_fails_at_start_up_naming_the_key(tmp_path
 
 
 def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
-    from dreamer.trainer import NonFiniteLossError
+    from dreamer.updates import NonFiniteLossError
 
     trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=3")), tmp_path)
-    trainer.collector_stopped = True  # no collector here: weight pushes are no-ops
+    trainer.collection.stopped = True  # no collector here: weight pushes are no-ops
     for env in range(2):
         bad = transitions(env, 0, 40)
         bad["next", "reward"][:] = float("nan")
@@ -108,12 +108,12 @@ def test_metrics_stay_on_the_device_and_are_reduced_once_per_window():
 
 def test_a_finite_update_resets_the_non_finite_streak(tmp_path):
     trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=2")), tmp_path)
-    trainer.collector_stopped = True
+    trainer.collection.stopped = True
     for env in range(2):
         trainer.replay.member(env).extend(transitions(env, 0, 40))
-    trainer.nonfinite_in_row = 1
+    trainer.step.nonfinite_in_row = 1
     metrics = trainer.update()
-    assert trainer.nonfinite_in_row == 0 and metrics["skipped_updates"] == 0
+    assert trainer.step.nonfinite_in_row == 0 and metrics["skipped_updates"] == 0
 
 
 def raise_at_step(n: int):
@@ -173,13 +173,15 @@ def test_collection_is_not_paused_or_resumed_once_the_collector_is_stopped():
     """After a kill (a lost rank) the collector's processes are gone: touching them must not fail."""
     from types import SimpleNamespace
 
+    from dreamer.collection import Collection
+
     class Untouchable:
         def __getattr__(self, name):
             raise AssertionError(f"the stopped collector was used: {name}")
 
-    trainer = SimpleNamespace(collector_stopped=True, collector=Untouchable(), watchdog=Untouchable(),
-                              frames=0, config=SimpleNamespace(collector=SimpleNamespace(total_frames=10)),
-                              _paused=Untouchable())
-    Trainer.hold_collection(trainer, True)
-    Trainer.hold_collection(trainer, False)
-    assert trainer._paused is None
+    collection = SimpleNamespace(stopped=True, collector=Untouchable(), watchdog=Untouchable(),
+                                 frames=lambda: 0, config=SimpleNamespace(collector=SimpleNamespace(total_frames=10)),
+                                 _paused=Untouchable())
+    Collection.hold(collection, True)
+    Collection.hold(collection, False)
+    assert collection._paused is None

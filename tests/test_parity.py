@@ -245,7 +245,7 @@ def test_the_learner_writes_refreshed_latents_back_into_replay(tmp_path):
     from tests.helpers import SMALL, transitions
 
     trainer = Trainer(validate(composed(*SMALL)), tmp_path)
-    trainer.collector_stopped = True
+    trainer.collection.stopped = True
     for env in range(2):
         trainer.replay.member(env).extend(transitions(env, 0, 40))
     before = [trainer.replay.member(env).storage[:40][CONTEXT].clone() for env in range(2)]

@@ -139,7 +139,7 @@ def test_a_resume_with_damaged_files_is_one_config_error_or_goes_on_without_the_
         load_resume_state(validate(composed(*disk, f"resume={path}")))
     assert err.value.key == "resume" and "is missing" in str(err.value) and "checkpoint.replay=false" in str(err.value)
     state = load_resume_state(validate(composed(*disk, f"resume={path}", "checkpoint.replay=false")))
-    assert state.get("replay_dir") is None  # resumes without it, as a checkpoint without replay does
+    assert state.get("replay_dir") is None and state["replay_disk"] is None  # refills, as without replay
 
 
 @pytest.mark.slow
