@@ -62,11 +62,11 @@ from torchrl.objectives import (
     symlog,
 )
 from torchrl.objectives.utils import ValueEstimators
-from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.actors import ContinuousActorNet, DiscreteActorNet, policy_distribution
 from dreamer.block_gru import factor_block_gru
 from dreamer.imagination import TrajectoryCritic, imagination_env
+from dreamer.optimizer import GuardedDreamerV3Optimizer
 from dreamer.rssm_rollout import RSSMRollout
 
 NBINS = 255  # two-hot bins of reward and value heads (paper)
@@ -204,34 +204,6 @@ def _critic(n: SimpleNamespace) -> TensorDictSequential:
     return TensorDictSequential(
         TensorDictModule(n.value, ["belief", "state"], ["state_value_logits"]),
         TensorDictModule(SymExpTwoHot(NBINS), ["state_value_logits"], ["state_value"]))
-
-
-class GuardedDreamerV3Optimizer(DreamerV3Optimizer):
-    """torchrl's DreamerV3 optimizer that skips a step whose gradients are not all finite.
-
-    One NaN/inf gradient would otherwise poison every weight (and the moment estimates). The
-    check is one fused norm over all gradients (a device sync per update on CUDA). `skipped`
-    counts skipped steps; `last_step_skipped` tells the loop about the latest one.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.skipped = 0
-        self.last_step_skipped = False
-        self.grad_sync = None  # data-parallel: averages the gradients over the ranks first
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        if self.grad_sync is not None:  # every rank then sees the same gradients and skips alike
-            self.grad_sync([p for g in self.param_groups for p in g["params"]])
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        finite = bool(torch.stack(torch._foreach_norm(grads)).isfinite().all()) if grads else True
-        self.last_step_skipped = not finite
-        if not finite:
-            self.skipped += 1
-            self.zero_grad(set_to_none=False)
-            return None
-        return super().step(closure)
 
 
 @dataclass

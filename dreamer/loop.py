@@ -11,14 +11,11 @@ the served policy acts uniformly at random; the first weight push switches that 
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import resource
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 from tqdm import tqdm
 
 from collectors.episodes import SuccessRates
@@ -26,8 +23,8 @@ from dreamer import scores
 from dreamer.config import Config
 from dreamer.disk import DiskFullError, is_no_space
 from dreamer.evaluate import Evaluator
-from dreamer.learner import MetricWindow
 from dreamer.metrics import MetricsLogger, read_metrics
+from dreamer.progress import Progress, memory_mb
 from dreamer.run_state import replay_bytes
 from dreamer.distributed import RankLostError
 from dreamer.stop import StopRequest
@@ -36,53 +33,6 @@ from dreamer.trainer import Trainer
 
 class StopAgreed(KeyboardInterrupt):
     """A stop request seen by the ranks together (single process: this process's Ctrl-C/SIGTERM)."""
-
-
-class Progress:
-    """Progress bar plus the windowed rates and averages the logger needs."""
-
-    def __init__(self, total: int, initial: int, updates: int, show: bool = True):
-        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                        smoothing=0.1, mininterval=1.0, disable=not show)
-        self.shown = initial
-        self.window_start = (time.monotonic(), initial, updates)
-        self.losses = MetricWindow()  # device tensors, reduced once per window
-        self.episodes: list[tuple[float, int]] = []
-        self.last_return: float | None = None
-
-    def add_losses(self, metrics: dict) -> None:
-        self.losses.add(metrics)
-
-    def add_episodes(self, episodes: list[tuple[float, int]]) -> None:
-        self.episodes += episodes
-        if episodes:
-            self.last_return = episodes[-1][0]
-
-    def show(self, frames: int, updates: int) -> None:
-        self.bar.update(frames - self.shown)
-        self.shown = frames
-        elapsed = max(time.monotonic() - self.window_start[0], 1e-9)
-        post = {"upd": updates, "upd/s": f"{(updates - self.window_start[2]) / elapsed:.2f}"}
-        if self.last_return is not None:
-            post["return"] = f"{self.last_return:.1f}"
-        self.bar.set_postfix(post, refresh=False)
-
-    def window(self, frames: int, updates: int) -> dict[str, float]:
-        """Rates and means since the last call; starts a new window."""
-        now = time.monotonic()
-        t0, f0, u0 = self.window_start
-        elapsed = max(now - t0, 1e-9)
-        out = {"collect/env_steps_per_s": (frames - f0) / elapsed, "train/updates_per_s": (updates - u0) / elapsed}
-        out.update({f"train/{k}": v for k, v in self.losses.reduce().items()})
-        if self.episodes:
-            out["episode/return"] = float(np.mean([r for r, _ in self.episodes]))
-            out["episode/length"] = float(np.mean([n for _, n in self.episodes]))
-            out["episode/count"] = len(self.episodes)
-        self.window_start, self.episodes = (now, frames, updates), []
-        return out
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def train(config: Config, run_dir: str | Path, metrics: MetricsLogger | None = None,
@@ -173,7 +123,7 @@ class _Loop:
                 # stopped its collector and rank 0 has its checkpoint; torchrun SIGTERMs the process
                 # groups of the others as soon as one rank exits non-zero.
                 t.world.barrier()
-        self.report_sync()
+        report_sync(t)
         if not main:
             return
         self.add_episodes(t.frames, progress)
@@ -212,16 +162,6 @@ class _Loop:
             env = self.cfg.env
             scores.write_scores(self.t.run_dir, env.name, self.cfg.seed, env.action_repeat)
 
-    def report_sync(self) -> None:
-        """Data-parallel: every rank holds bitwise the same weights (all ranks call this together)."""
-        world = self.t.world
-        if world.size > 1:
-            same = world.in_sync(self.t.agent.loss)
-            if world.is_main:
-                tqdm.write(f"ranks: {world.size}, weights and statistics identical: {'yes' if same else 'NO'}")
-            if not same:
-                raise RuntimeError("the ranks' weights differ: data-parallel updates went out of step")
-
     def periodic(self, frames: int, progress: Progress) -> None:
         """Rank 0 logs and evaluates; every rank takes part in a checkpoint (its replay files)."""
         main = self.t.world.is_main
@@ -248,7 +188,7 @@ class _Loop:
         values.update({"replay/size": len(t.replay), "replay/bytes": replay_bytes(t.replay), "train/updates": t.updates,
                        "policy/lag_updates": t.updates - t.synced_at,
                        "time/elapsed_s": time.monotonic() - self.started, **memory_mb()})
-        if self.cfg.env.nonfinite == "zero" and getattr(t, "records", None) is not None:
+        if self.cfg.env.nonfinite == "zero":
             values["collect/nonfinite_values"] = t.collection.records.nonfinite
         if self.metrics is not None:
             self.metrics.log(frames, values)
@@ -269,17 +209,15 @@ class _Loop:
             self.metrics.log_videos(frames, result.videos)
             self.write_scores()
 
-def memory_mb() -> dict[str, float]:
-    """Resident memory: this process's peak, and the whole process tree now (driver, env workers,
-    inference server, wandb's service)."""
-    driver = psutil.Process()
-    tree = [driver] + driver.children(recursive=True)
-    rss = 0
-    for proc in tree:
-        with contextlib.suppress(psutil.Error):  # a child may exit between listing and reading
-            rss += proc.memory_info().rss
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
-    return {"system/driver_peak_rss_mb": peak_kb / 1024, "system/tree_rss_mb": rss / 2**20}
+def report_sync(trainer: Trainer) -> None:
+    """Data-parallel: every rank holds bitwise the same weights (all ranks call this together)."""
+    world = trainer.world
+    if world.size > 1:
+        same = world.in_sync(trainer.agent.loss)
+        if world.is_main:
+            tqdm.write(f"ranks: {world.size}, weights and statistics identical: {'yes' if same else 'NO'}")
+        if not same:
+            raise RuntimeError("the ranks' weights differ: data-parallel updates went out of step")
 
 
 def _success_rates(trainer: Trainer) -> SuccessRates | None:

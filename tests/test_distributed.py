@@ -58,7 +58,7 @@ def _update_on_rank(rank: int, port: int, x: torch.Tensor, y: torch.Tensor, out:
 
 
 def _net_and_optimizer():
-    from dreamer.agent import GuardedDreamerV3Optimizer
+    from dreamer.optimizer import GuardedDreamerV3Optimizer
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.SiLU(), torch.nn.Linear(32, 3))
     # the learner's optimizer (LaProp + adaptive gradient clipping), as built for the agent
