@@ -303,11 +303,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_minutes(run_dir: Path) -> float:
-    """A run's training time (its metrics' last elapsed time), in minutes."""
+    """A run's training time in minutes: each of its processes' last elapsed time, summed (a
+    resumed run's clock starts again at 0)."""
     from dreamer.metrics import read_metrics
 
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    return max((r.get("time/elapsed_s", 0.0) for r in rows), default=0.0) / 60
+    total, last = 0.0, 0.0
+    for elapsed in (r["time/elapsed_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "time/elapsed_s" in r):
+        if elapsed < last:  # a resume: the previous process ended at `last`
+            total += last
+        last = elapsed
+    return (total + last) / 60
 
 
 if __name__ == "__main__":

@@ -328,3 +328,13 @@ def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
     suite.send_signal(signal.SIGTERM)
     assert suite.wait(timeout=120) == 128 + signal.SIGTERM
     assert not children[0].is_running() or children[0].status() == psutil.STATUS_ZOMBIE
+
+
+def test_suite_run_minutes_add_up_the_processes_of_a_resumed_run(tmp_path):
+    from benchmarks.suite import run_minutes
+
+    rows = [{"step": 1, "time/elapsed_s": 60.0}, {"step": 2, "time/elapsed_s": 600.0},  # stopped at 10 min
+            {"step": 2, "eval/return": 1.0},
+            {"step": 3, "time/elapsed_s": 30.0}, {"step": 4, "time/elapsed_s": 300.0}]  # resumed: 5 min more
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_minutes(tmp_path) == 15.0
