@@ -145,16 +145,16 @@ class FailingEnvFactory:
 @pytest.mark.slow
 def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process(tmp_path, monkeypatch):
     import dreamer.loop as loop
-    import dreamer.trainer as trainer_module
+    import dreamer.collection as collection_module
     from tests.helpers import live_children
 
-    real = trainer_module.env_factory
+    real = collection_module.env_factory
 
     def second_env_fails(env_cfg, seed, extra_transform=None, **kwargs):
         factory = real(env_cfg, seed=seed, extra_transform=extra_transform, **kwargs)
         return FailingEnvFactory(factory, 150) if seed % 10_000 == 1 else factory
 
-    monkeypatch.setattr(trainer_module, "env_factory", second_env_fails)
+    monkeypatch.setattr(collection_module, "env_factory", second_env_fails)
     config = validate(composed(*SMALL, "collector.total_frames=100000", "eval.every=0", "checkpoint.every=0", "learner.compile=false"))
     with pytest.raises(RuntimeError) as err:
         loop.train(config, tmp_path)
