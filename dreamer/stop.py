@@ -71,8 +71,9 @@ def children_ignore_stop_signals():
     """Processes spawned inside inherit an ignored SIGINT and SIGTERM (Python keeps them ignored at
     start-up), so a terminal's Ctrl-C, sent to the whole process group, or torchrun's SIGTERM to a
     rank's process group, reaches only this process, which then stops them in order (and kills
-    what is left: Collection.stop in dreamer/collection.py). A worker dying of the signal mid-shutdown could leave
-    one of the collector's shared locks taken, and the shutdown waiting on it.
+    what is left: Collection.stop in dreamer/collection.py). A worker dying of the signal
+    mid-shutdown could leave one of the collector's shared locks taken, and the shutdown waiting
+    on it.
 
     They are ignored here only around each fork/exec (about a millisecond), not for the whole
     block: an ignored signal is discarded, and ignoring it for the seconds the collector takes to
