@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from collectors.collector import RandomPolicyFactory, build_collector
 from collectors.envs import env_factory, random_actions
-from collectors.replay import SequenceReplay
+from replay.buffer import SequenceReplay
 from collectors.specs import env_spec
 
 

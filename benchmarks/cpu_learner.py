@@ -35,7 +35,7 @@ def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
     from hydra import compose, initialize_config_dir
     from tensordict import TensorDict
 
-    from collectors.records import ContextSpec
+    from replay.records import ContextSpec
     from dreamer.agent import ObsSpec, build_agent
     from dreamer.config import register_configs, validate
     from dreamer.learner import Learner

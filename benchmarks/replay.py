@@ -3,9 +3,9 @@
     python -m benchmarks.replay [--records 10000,100000,1000000] [--memory-max 100000] [--samples 20]
                                 [--dir DIR] [--drop-cache]
 
-Fills the app's replay (collectors/replay.py, 2 env streams of 64x64 RGB records with a 6-dim action
+Fills the app's replay (replay/buffer.py, 2 env streams of 64x64 RGB records with a 6-dim action
 and the replay context of model s, as the collector stores them) with `--records` records, once in
-RAM and once on disk (collectors/replay_disk.py), and measures per size:
+RAM and once on disk (replay/disk.py), and measures per size:
   sample   ms per batch of B16 x T64 and B32 x T256 sequences (the learner's shapes), the page cache
            warm; with --drop-cache (root) also after dropping it
   save     seconds and bytes of a checkpoint that holds the replay (memory: the streams, written as
@@ -71,7 +71,7 @@ def sample_ms(replay_factory, samples: int) -> dict:
 
 
 def save_checkpoint(replay, run_dir: Path) -> tuple[float, int]:
-    from collectors import replay_disk
+    from replay import disk as replay_disk
     from dreamer import checkpoint
     from dreamer.run_state import plain_stream
 
@@ -104,7 +104,7 @@ def rss_parts() -> tuple[int, int]:
 
 
 def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> dict:
-    from collectors.replay import SequenceReplay
+    from replay.buffer import SequenceReplay
 
     run_dir = base / f"{storage}-{n}"
     run_dir.mkdir(parents=True)

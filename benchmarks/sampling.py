@@ -1,13 +1,13 @@
 """Replay sampling beside the learner update, with and without prefetch (part of make bench-learner).
 
-The app's replay (SequenceReplay: one ring per env, records laid out as collectors/records.py
+The app's replay (SequenceReplay: one ring per env, records laid out as replay/records.py
 stores them, with the replay context) holds 64 envs of 64x64 pixels. For each batch shape
 BxT it measures, in one run:
   sample ms         one batch sampled (T + 1 records per row) and put on the learner's device
                     (pinned, non_blocking on CUDA: what the prefetch thread does)
   update ms         one learner update on that batch, with the latent write-back into replay
   loop, no prefetch wall time per update when the main thread samples, then updates (replay.prefetch=0)
-  loop, prefetch    the same with collectors/prefetch.py sampling the next batch meanwhile (replay.prefetch=1)
+  loop, prefetch    the same with replay/prefetch.py sampling the next batch meanwhile (replay.prefetch=1)
 and prints them beside max(sample, update) and sample + update: with prefetch the loop should sit
 near the former. The learner here is eager (its flags are printed); CUDA work is synchronised
 once per update, as the trainer's non-finite guard does.
@@ -20,9 +20,9 @@ import time
 import torch
 from tensordict import TensorDict
 
-from collectors.prefetch import Prefetcher
-from collectors.records import CONTEXT, ContextSpec
-from collectors.replay import SequenceReplay
+from replay.prefetch import Prefetcher
+from replay.records import CONTEXT, ContextSpec
+from replay.buffer import SequenceReplay
 from dreamer.agent import ObsSpec, build_agent
 from dreamer.learner import Learner
 

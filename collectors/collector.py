@@ -45,7 +45,7 @@ def build_collector(
 ) -> AsyncBatchedCollector:
     """An AsyncBatchedCollector writing chunks into `replay` (a SequenceReplay), or yielding batches.
 
-    `records(td)` turns each batch into what replay stores (collectors/records.py ReplayRecords);
+    `records(td)` turns each batch into what replay stores (replay/records.py ReplayRecords);
     without it transitions are stored as collected. `on_write(td)` sees every batch before it is
     stored, after `records`, on the writer thread (an EpisodeTracker).
     """

@@ -10,8 +10,8 @@ import time
 
 from tensordict import TensorDictBase
 
-from collectors.records import transitions_in
-from collectors.replay import ENV_INDEX
+from replay.records import transitions_in
+from replay.buffer import ENV_INDEX
 
 
 class EpisodeTracker:

@@ -74,7 +74,7 @@ def gymnasium_spec(env) -> EnvSpec:
 
 
 def context_bytes(stoch: int, deter: int) -> int:
-    """The stored latent (collectors/records.py ContextSpec): uint8 class per categorical, float16 GRU state."""
+    """The stored latent (replay/records.py ContextSpec): uint8 class per categorical, float16 GRU state."""
     return stoch + 2 * deter
 
 

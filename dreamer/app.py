@@ -216,9 +216,9 @@ def load_resume_state(config: Config, world_size: int = 1, rank: int = 0) -> dic
         state["replay_note"] = (f"the checkpoint's replay is that of {len(located)} process(es), this run has "
                                 f"{world_size}: each rank refills its replay (learner.prefill_frames) first")
     elif located is not None and config.checkpoint.replay:
-        # the run goes on in the checkpoint's replay files (collectors/replay_disk.py); every rank
+        # the run goes on in the checkpoint's replay files (replay/disk.py); every rank
         # checks every rank's files, so a bad file stops all ranks with the same line
-        from collectors import replay_disk
+        from replay import disk as replay_disk
 
         resume = Path(config.checkpoint.resume)
         run_dir = (resume if resume.is_dir() else resume.parent).parent

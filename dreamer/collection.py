@@ -16,7 +16,7 @@ import torch
 
 from collectors.collector import build_collector
 from collectors.envs import env_factory
-from collectors.records import ReplayRecords
+from replay.records import ReplayRecords
 from collectors.watchdog import ProcessWatchdog, _cmdline
 from dreamer import placement
 from dreamer.placement import resolve_device

@@ -183,7 +183,7 @@ class ReplayConfig:
     # a sampled sequence starts from its first record's latent (refreshed by the learner after each
     # update) instead of zeros.
     context: bool = True
-    # Batches sampled ahead on a background thread (collectors/prefetch.py), pinned and copied to
+    # Batches sampled ahead on a background thread (replay/prefetch.py), pinned and copied to
     # the learner's device: auto = 1 with a CUDA learner, 0 (sample on the main thread) on CPU.
     prefetch: Any = "auto"
     # memory (host RAM) | disk (memory-mapped files: bigger than RAM, checkpoints that locate them)

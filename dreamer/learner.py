@@ -1,6 +1,6 @@
 """Learner: torchrl's DreamerV3OptimizationStepper plus our replay-batch conversion and flag resolution.
 
-Replay records (collectors/records.py, sampled [B, T + 1]): obs o_t, action a_t, `is_init` (o_t
+Replay records (replay/records.py, sampled [B, T + 1]): obs o_t, action a_t, `is_init` (o_t
 starts an episode), `is_last` (a final-observation record), ("next", reward/done/terminated) of
 the step out of o_t, and optionally the stored latent after o_t (`replay_context`).
 
@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
-from collectors.records import CONTEXT, ContextSpec
+from replay.records import CONTEXT, ContextSpec
 from dreamer.agent import DreamerAgent
 from dreamer.regional import REGIONAL_MIN_UPDATES, compile_regions
 

@@ -13,7 +13,7 @@ The replay value loss (official repval) stays eager: its lambda return over the 
 unrolls into a graph of ~1,200 ops, ~16 s of a 61 s cold first update, for no measured gain (one
 process, updates interleaved: median 287 ms/update compiled vs 273 eager, tiny T64). Earlier
 learn_cpu runs with it eager lost an env worker at the first update; the cause was torchrl's
-storage length under torch's process-wide compile flag (collectors/replay.py, CompileSafeStorage).
+storage length under torch's process-wide compile flag (replay/buffer.py, CompileSafeStorage).
 Figures (ms/update, cold and warm first update): README, CPU learner paths. Compiled heads
 (MLPs) measured slower than eager here and are left out; the model loss (it holds the 64-step
 rollout) compiles in minutes and is left out too. Larger regions were measured and left out for

@@ -1,7 +1,7 @@
 """Where the replay lives and whether it fits, decided once at start-up (before torch is imported).
 
 replay.storage: `memory` keeps the streams in host RAM; `disk` in memory-mapped files under
-replay.dir (collectors/replay_disk.py), where the page cache is the only RAM it needs; `auto` takes
+replay.dir (replay/disk.py), where the page cache is the only RAM it needs; `auto` takes
 memory when the whole replay fits comfortably (half the RAM left beside the run's processes) and
 disk otherwise. The check then compares the replay's bytes with free RAM, or with the free space
 of replay.dir's filesystem.

@@ -1,6 +1,6 @@
 """What a checkpoint holds beside the networks, in plain types (tensors, lists, numbers: a weights-only
 load builds them): every RNG's state, and the replay: its streams as nested dicts of tensors (in
-RAM), or where its files are (on disk: collectors/replay_disk.py; data-parallel, every rank's)."""
+RAM), or where its files are (on disk: replay/disk.py; data-parallel, every rank's)."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from collectors import replay_disk
+from replay import disk as replay_disk
 
 log = logging.getLogger(__name__)
 

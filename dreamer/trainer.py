@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from collectors.episodes import EpisodeTracker
-from collectors.records import ContextSpec
-from collectors.replay import SequenceReplay
+from replay.records import ContextSpec
+from replay.buffer import SequenceReplay
 from collectors.specs import env_spec
 from dreamer import checkpoint, mkl_amd
 from dreamer.agent import ObsSpec, build_agent

@@ -9,8 +9,8 @@ import time
 
 from tensordict import TensorDict, TensorDictBase
 
-from collectors.prefetch import Prefetcher
-from collectors.records import CONTEXT
+from replay.prefetch import Prefetcher
+from replay.records import CONTEXT
 
 
 class NonFiniteLossError(RuntimeError):

@@ -127,7 +127,7 @@ def transitions(env: int, start: int, steps: int, obs_dim: int = 5, done_at: int
     """`steps` consecutive transitions of one env in the collector's format."""
     from tensordict import TensorDict
 
-    from collectors.replay import ENV_INDEX
+    from replay.buffer import ENV_INDEX
 
     g = torch.Generator().manual_seed(env * 1000 + start)
     done = torch.zeros(steps, 1, dtype=torch.bool)

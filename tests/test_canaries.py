@@ -93,7 +93,7 @@ def test_compile_safe_storage_stock_length_turns_into_an_int_while_compiling():
     with pytest.raises(AttributeError, match="'int' object has no attribute 'value'"):
         len(buffer)
         pytest.fail(canary("stores a storage's length as a plain int while any thread compiles",
-                           "collectors/replay.py CompileSafeStorage"))
+                           "replay/buffer.py CompileSafeStorage"))
 
 
 def test_reset_rows_stock_rollout_zeroes_the_carry_and_action_on_is_init_rows():

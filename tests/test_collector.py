@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from collectors.collector import CollectorSetupError, RandomPolicyFactory, build_collector
 from collectors.envs import env_factory
-from collectors.replay import SequenceReplay
+from replay.buffer import SequenceReplay
 from tests.helpers import (
     assert_sequences_consistent, assert_stream_in_order, live_children,
 )

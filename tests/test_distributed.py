@@ -124,7 +124,7 @@ def _dreamer_learner(batch_rows: slice):
     from hydra import compose, initialize_config_dir
     from tensordict import TensorDict
 
-    from collectors.records import ContextSpec
+    from replay.records import ContextSpec
     from dreamer.agent import ObsSpec, build_agent
     from dreamer.config import register_configs, validate
     from dreamer.learner import Learner

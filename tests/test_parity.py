@@ -6,7 +6,7 @@ from tensordict import TensorDict
 from torchrl.modules import RSSMStateEstimatorV3
 from torchrl.modules.models import model_based
 
-from collectors.records import CONTEXT, ContextSpec, ReplayRecords
+from replay.records import CONTEXT, ContextSpec, ReplayRecords
 from dreamer.agent import ObsSpec, build_agent, build_nets, count_parameters
 from dreamer.config import LearnerConfig
 from dreamer.learner import Learner, to_loss_batch
@@ -273,7 +273,7 @@ def test_the_learner_writes_refreshed_latents_back_into_replay(tmp_path):
 
 
 def test_write_back_skips_rows_overwritten_since_sampling():
-    from collectors.replay import SequenceReplay
+    from replay.buffer import SequenceReplay
     from tests.helpers import transitions
 
     replay = SequenceReplay(1, 20, 1, 5)

@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from collectors.prefetch import Prefetcher
-from collectors.replay import SequenceReplay
+from replay.prefetch import Prefetcher
+from replay.buffer import SequenceReplay
 from tests.helpers import assert_sequences_consistent, transitions
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from collectors.replay import CompileSafeStorage, SequenceReplay
+from replay.buffer import CompileSafeStorage, SequenceReplay
 from tests.conftest import ROOT
 from tests.helpers import assert_sequences_consistent, assert_stream_in_order
 
@@ -79,7 +79,7 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
     from collectors.collector import build_collector
     from collectors.envs import env_factory
     from collectors.envs.dmc import task_dims
-    from collectors.records import ContextSpec, ReplayRecords
+    from replay.records import ContextSpec, ReplayRecords
     from collectors.specs import bytes_per_transition, context_bytes
     from dreamer.agent import ObsSpec
     from dreamer.config import WorldModelConfig

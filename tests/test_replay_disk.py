@@ -1,12 +1,12 @@
 """replay.storage=disk: torchrl's memory-mapped storage per env stream, checkpoints that locate the
-files, resume that reopens them, and what a kill after a checkpoint leaves (collectors/replay_disk.py)."""
+files, resume that reopens them, and what a kill after a checkpoint leaves (replay/disk.py)."""
 import os
 
 import pytest
 import torch
 
-from collectors import replay_disk
-from collectors.replay import SequenceReplay
+from replay import disk as replay_disk
+from replay.buffer import SequenceReplay
 from tests.helpers import transitions
 
 

@@ -246,7 +246,7 @@ def test_episode_ends_carry_crafter_achievements_into_success_rates():
     from tensordict import TensorDict
 
     from collectors.episodes import EpisodeTracker, SuccessRates
-    from collectors.records import ReplayRecords
+    from replay.records import ReplayRecords
 
     n = 6  # env 0 ends at step 2 with achievement 0, at step 5 with achievements 0 and 3
     achievements = torch.zeros(n, 22, dtype=torch.uint8)

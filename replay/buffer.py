@@ -61,7 +61,7 @@ class SequenceReplay:
     def __init__(self, num_envs: int, capacity: int, batch_size: int, batch_length: int,
                  directory: str | Path | None = None):
         """`directory`: None keeps the streams in RAM; a path keeps them on disk there, one memory-
-        mapped stream per env (collectors/replay_disk.py: replay.storage=disk)."""
+        mapped stream per env (replay/disk.py: replay.storage=disk)."""
         self.num_envs, self.batch_size, self.batch_length = num_envs, batch_size, batch_length
         self.directory = None if directory is None else Path(directory)
         # Chunked collection does not balance envs exactly, so every member gets an even share.
@@ -88,14 +88,14 @@ class SequenceReplay:
     def _storage(self, capacity: int, env: int):
         if self.directory is None:
             return CompileSafeStorage(capacity)
-        from collectors import replay_disk
+        from replay import disk as replay_disk
 
         return replay_disk.make_storage(capacity, replay_disk.stream_dir(self.directory, env))
 
     def _writer(self, env: int):
         if self.directory is None:
             return TensorDictRoundRobinWriter()
-        from collectors import replay_disk
+        from replay import disk as replay_disk
 
         return replay_disk.JournaledWriter(replay_disk.stream_dir(self.directory, env) / replay_disk.JOURNAL)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from tensordict import TensorDict
 from torchrl.data import LazyMemmapStorage, TensorDictRoundRobinWriter
 
-from collectors.replay import SharedLength
+from replay.buffer import SharedLength
 
 FORMAT = "dreamer-app/replay-disk/v1"
 JOURNAL = "written"
@@ -180,7 +180,7 @@ def _cut_after_late_writes(data: TensorDict, stream: dict, written_after: int, c
 
 
 class MemmapStorage(SharedLength, LazyMemmapStorage):
-    """torchrl's LazyMemmapStorage with the shared length of collectors/replay.py (CompileSafeStorage)."""
+    """torchrl's LazyMemmapStorage with the shared length of replay/buffer.py (CompileSafeStorage)."""
 
 
 def make_storage(capacity: int, member_dir: Path) -> MemmapStorage:
