@@ -88,6 +88,9 @@ class _Loop:
                         # uniform-random prefill policy would otherwise race ~800 steps past the ratio
                         # meanwhile. Compiling takes minutes on a CPU: a stop request is honoured
                         # while it runs (on a helper thread).
+                        flags = t.learner.flags
+                        if main and (flags.compile or flags.regional or flags.cudagraph):
+                            tqdm.write("learner: compiling the first update (minutes with a cold compile cache)")
                         with t.collection.paused():
                             progress.add_losses(self.stop.wait_for(lambda: t.update(push=False)))
                             t.push_if_due()  # collector calls stay on the main thread (watchdog)
