@@ -6,13 +6,20 @@ import os
 import sys
 import tempfile
 
-import hydra
-from omegaconf import DictConfig
+# First of all: Ctrl-C and SIGTERM are recorded from here on and honoured at safe points. A
+# KeyboardInterrupt raised inside a library's import can be swallowed by a broad `except` there
+# (seen: a Ctrl-C 1 s into start-up was lost and the run trained on). Not in the collector's
+# spawned processes, which import this file as __mp_main__ and must keep ignoring both signals.
+from dreamer.stop import StopRequest  # noqa: E402  (light: signal, threading)
 
-from dreamer.config import ConfigError, register_configs, validate_or_exit
-from dreamer.overrides import check_override_keys
-from dreamer.launch import export_slurm_rendezvous
-from dreamer.stop import StopRequest
+STOP = StopRequest().install() if __name__ == "__main__" else StopRequest()
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from dreamer.config import ConfigError, register_configs, validate_or_exit  # noqa: E402
+from dreamer.launch import export_slurm_rendezvous  # noqa: E402
+from dreamer.overrides import check_override_keys  # noqa: E402
 
 register_configs()
 
@@ -21,13 +28,9 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     export_slurm_rendezvous()  # a SLURM task of a multi-task job: one data-parallel rank
     config = validate_or_exit(cfg)  # before torch is imported: a bad override fails in about a second
-    # Ctrl-C and SIGTERM are recorded from here on and honoured at safe points: a KeyboardInterrupt
-    # raised inside a library's import can be swallowed by a broad `except` there (seen once: a
-    # Ctrl-C 1 s into a cold start was lost and the run trained on).
-    stop = StopRequest().install()
     from dreamer.app import run
 
-    run(config, stop)
+    run(config, STOP)  # a stop requested since start-up ends the run before training starts
 
 
 def other_ranks_write_nothing(args: list[str]) -> list[str]:
