@@ -15,8 +15,8 @@ $(STAMP): requirements.lock scripts/install_system_deps.sh
 	# torch first, pinned: the CPU wheel on disk; an unpinned torch pulls a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -r requirements.lock
-	# on an AMD CPU with AVX-512: builds MKL's shim (dreamer/mkl_amd.py) now, not on a run's first import
-	$(PY) -c 'import dreamer.mkl_amd as m; print(m.STATUS or "MKL: nothing to do on this CPU")'
+	# on an AMD CPU with AVX-512: builds MKL's shim (patches/mkl_amd.py) now, not on a run's first import
+	$(PY) -c 'from dreamer.runtime import setup; print(setup() or "MKL: nothing to do on this CPU")'
 	touch $(STAMP)
 
 train: install

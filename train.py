@@ -1,6 +1,6 @@
 """DreamerV3 on DeepMind Control: `python train.py [group=preset] [key=value ...]`.
 
-Thin entrypoint: Hydra composes conf/config.yaml and the groups; dreamer.app does the rest.
+Thin entrypoint: Hydra composes conf/config.yaml and the groups; dreamer.run.app does the rest.
 """
 import os
 import sys
@@ -10,16 +10,20 @@ import tempfile
 # KeyboardInterrupt raised inside a library's import can be swallowed by a broad `except` there
 # (seen: a Ctrl-C 1 s into start-up was lost and the run trained on). Not in the collector's
 # spawned processes, which import this file as __mp_main__ and must keep ignoring both signals.
-from dreamer.stop import StopRequest  # noqa: E402  (light: signal, threading)
+from dreamer.run.stop import StopRequest  # noqa: E402  (light: signal, threading)
 
 STOP = StopRequest().install() if __name__ == "__main__" else StopRequest()
+
+from dreamer.runtime import setup  # noqa: E402
+
+setup()  # before torch or a simulator is imported; also in the collector's spawned processes
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from dreamer.config import ConfigError, register_configs, validate_or_exit  # noqa: E402
-from dreamer.launch import export_slurm_rendezvous  # noqa: E402
-from dreamer.overrides import check_override_keys  # noqa: E402
+from dreamer.run.launch import export_slurm_rendezvous  # noqa: E402
+from dreamer.config.overrides import check_override_keys  # noqa: E402
 
 register_configs()
 
@@ -28,14 +32,14 @@ register_configs()
 def main(cfg: DictConfig) -> None:
     export_slurm_rendezvous()  # a SLURM task of a multi-task job: one data-parallel rank
     config = validate_or_exit(cfg)  # before torch is imported: a bad override fails in about a second
-    from dreamer.app import run
+    from dreamer.run.app import run
 
     run(config, STOP)  # a stop requested since start-up ends the run before training starts
 
 
 def other_ranks_write_nothing(args: list[str]) -> list[str]:
     """Under torchrun, ranks other than 0 keep Hydra's files out of the run dir (rank 0's, which
-    they adopt: dreamer/app.py) and out of the outputs/ tree."""
+    they adopt: dreamer/run/app.py) and out of the outputs/ tree."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1 or int(os.environ.get("RANK", "0")) == 0:
         return args
     extra = ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]

@@ -1,2 +1,5 @@
-"""Benchmarks: `python -m benchmarks.<name>`."""
-import dreamer  # noqa: F401  first: dreamer/mkl_amd.py must act before torch is imported
+"""Benchmarks: `python -m benchmarks.<name>`. Each is an entry point: the process is set up first
+(before any benchmark imports torch: dreamer/runtime.py)."""
+from dreamer.runtime import setup
+
+setup()

@@ -1,4 +1,4 @@
-"""CPU learner paths: eager vs `learner.compile=regional` (dreamer/regional.py), cold and warm cache.
+"""CPU learner paths: eager vs `learner.compile=regional` (patches/regional.py), cold and warm cache.
 
     python -m benchmarks.cpu_learner [--shapes tiny:proprio:32,tiny:proprio:64,s:proprio:64,s:pixels:64] [--updates 10]
                                      [--official /tmp/official/venv/bin/python]
@@ -7,7 +7,7 @@ Each row runs in fresh processes (the official learner defaults, REINFORCE actor
 regional with an empty inductor cache and no precompiled headers (cold, as on a fresh machine:
 the first update compiles); regional again with what the cold run left (warm). On an AMD CPU with
 AVX-512 also eager with MKL's own kernel choice (DREAMER_MKL_AMD=0: its AVX2 code, as stock
-PyTorch runs there; dreamer/mkl_amd.py). Per row: ms/update after the first update, and the first
+PyTorch runs there; patches/mkl_amd.py). Per row: ms/update after the first update, and the first
 update's seconds. Proprio: 5-dim observation, 1-dim action (cartpole); pixels: 64x64, 6-dim action.
 With --official (the python of scripts/official_venv.sh), each row also runs the official
 DreamerV3 learner at the same shapes (benchmarks/official_learner.py, given the preset's
@@ -25,20 +25,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamer import mkl_amd
+from patches import mkl_amd
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
-    import torch  # after dreamer (benchmarks/__init__.py): dreamer/mkl_amd.py acts before torch loads
+    import torch  # after dreamer (benchmarks/__init__.py): patches/mkl_amd.py acts before torch loads
     from hydra import compose, initialize_config_dir
     from tensordict import TensorDict
 
-    from replay.records import ContextSpec
-    from dreamer.agent import ObsSpec, build_agent
+    from dreamer.agent.learner import Learner
+    from dreamer.agent.model import ObsSpec, build_agent
     from dreamer.config import register_configs, validate
-    from dreamer.learner import Learner
+    from replay.records import ContextSpec
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

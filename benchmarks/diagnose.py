@@ -31,9 +31,10 @@ def _two_hot_mean(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def diagnose(run_dir: Path, episodes: int, sample: bool) -> dict:
-    from dreamer.evaluate import Evaluator, cli_config
-    from dreamer.agent import ObsSpec, build_agent
     from collectors.specs import env_spec
+    from dreamer.agent.model import ObsSpec, build_agent
+    from dreamer.evaluate import cli_config
+    from dreamer.run.evaluator import Evaluator
 
     state, config, _ = cli_config([f"checkpoint={run_dir / 'checkpoints'}", f"eval.episodes={episodes}"])
     spec = env_spec(config.env)

@@ -17,17 +17,16 @@ import json
 import logging
 import time
 
-import collectors  # noqa: F401  (MUJOCO_GL)
 import torch
 from hydra import compose, initialize_config_dir
 
+import collectors  # noqa: F401  (MUJOCO_GL)
 from collectors.collector import build_collector
 from collectors.envs import env_factory
 from collectors.specs import env_spec
-from dreamer import placement
-from dreamer.agent import ObsSpec
-from dreamer.config import register_configs, validate
-from dreamer.policy import DreamerPolicyFactory, primer_factory
+from dreamer.agent.model import ObsSpec
+from dreamer.agent.policy import DreamerPolicyFactory, primer_factory
+from dreamer.config import placement, register_configs, validate
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

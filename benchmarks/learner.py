@@ -8,7 +8,7 @@ and replay sampling beside the update with and without prefetch.
 Learner rows run on the same fixed replay-shaped pixel batch (64x64, 6-dim action), so the app's
 own overhead (batch conversion, metrics) is a measured ratio. Modes: `eager` (fp32), `compiled`
 (torch.compile, fp32), `cudagraph-bf16` (compiled + CUDA graph + bf16 autocast: CUDA only),
-`regional` (the hot regions only, dreamer/regional.py; its bare-stepper column stays eager);
+`regional` (the hot regions only, patches/regional.py; its bare-stepper column stays eager);
 `--compile` adds the compiled modes this device supports (slow to compile on a CPU: minutes).
 Per row: ms/update (after the first update), the first update's seconds (compile/capture
 included) and peak GPU memory. The sampling table (benchmarks/sampling.py) prints first,
@@ -28,16 +28,16 @@ from tensordict import TensorDict
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from benchmarks import sampling
-from dreamer.agent import ObsSpec, build_agent, count_parameters
+from dreamer.agent.learner import Learner, to_loss_batch
+from dreamer.agent.model import ObsSpec, build_agent, count_parameters
 from dreamer.config import register_configs, validate
-from dreamer.learner import Learner, to_loss_batch
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 MODES = {  # name -> (compile, cudagraph, bf16)
     "eager": (False, False, False),
     "compiled": (True, False, False),
     "cudagraph-bf16": (True, True, True),
-    "regional": ("regional", False, False),  # the hot regions only (dreamer/regional.py)
+    "regional": ("regional", False, False),  # the hot regions only (patches/regional.py)
 }
 
 

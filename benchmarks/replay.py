@@ -71,9 +71,9 @@ def sample_ms(replay_factory, samples: int) -> dict:
 
 
 def save_checkpoint(replay, run_dir: Path) -> tuple[float, int]:
+    from dreamer.io import checkpoint
+    from dreamer.run.state import plain_stream
     from replay import disk as replay_disk
-    from dreamer import checkpoint
-    from dreamer.run_state import plain_stream
 
     start = time.perf_counter()
     if replay.directory is None:
@@ -104,6 +104,7 @@ def rss_parts() -> tuple[int, int]:
 
 
 def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> dict:
+    from patches.storage import resample_shape
     from replay.buffer import SequenceReplay
 
     run_dir = base / f"{storage}-{n}"
@@ -116,9 +117,7 @@ def measure(n: int, storage: str, base: Path, samples: int, dropping: bool) -> d
 
     def same(batch, length):  # the filled streams, sampled at another shape (no copy)
         replay.batch_size, replay.batch_length = batch, length
-        for member in replay.buffer._rbs:
-            member._sampler.slice_len = length
-        replay.buffer.num_buffer_sampled, replay.buffer._batch_size = batch, batch * length
+        resample_shape(replay.buffer, batch, length)
         return replay
 
     row = {"records": n, "storage": storage, "fill_s": fill_s, "rss_mb": (anon + file) / 2**20,

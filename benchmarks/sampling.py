@@ -20,11 +20,11 @@ import time
 import torch
 from tensordict import TensorDict
 
+from dreamer.agent.learner import Learner
+from dreamer.agent.model import ObsSpec, build_agent
+from replay.buffer import SequenceReplay
 from replay.prefetch import Prefetcher
 from replay.records import CONTEXT, ContextSpec
-from replay.buffer import SequenceReplay
-from dreamer.agent import ObsSpec, build_agent
-from dreamer.learner import Learner
 
 ACTION_DIM = 6
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.learning import ROOT, reference_at, random_return
+from benchmarks.learning import ROOT, random_return, reference_at
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float)
 
 
 def plot(rows: list[dict], curves: dict, path: Path) -> None:
-    """One panel per task: the seeds' eval returns (median and range, dreamer/curves.py), the
+    """One panel per task: the seeds' eval returns (median and range, dreamer/io/curves.py), the
     official median and band for DMC tasks, the random policy and the stated reference as lines."""
     import matplotlib
 
@@ -224,7 +224,7 @@ def plot(rows: list[dict], curves: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from benchmarks.learning import REFERENCE_DIR
-    from dreamer.curves import draw, reference_curves
+    from dreamer.io.curves import draw, reference_curves
 
     cols = min(4, len(rows))
     lines = (len(rows) + cols - 1) // cols
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
 def run_minutes(run_dir: Path) -> float:
     """A run's training time in minutes: each of its processes' last elapsed time, summed (a
     resumed run's clock starts again at 0)."""
-    from dreamer.metrics import read_metrics
+    from dreamer.io.metrics import read_metrics
 
     total, last = 0.0, 0.0
     for elapsed in (r["time/elapsed_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "time/elapsed_s" in r):

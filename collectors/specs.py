@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
-
 # What one stored record holds besides its observation, action and latent context: is_init, is_last
 # and the step's done/terminated/truncated flags (5 bools), its reward (float32), step_count,
 # policy_version, env_index and the storage's index (4 int64). tests/test_replay.py checks this

@@ -3,7 +3,7 @@
     python -m dreamer.config_doc            # writes docs/config.md
     python -m dreamer.config_doc --check    # exit 1 if docs/config.md differs from the schema
 
-Every key of every group (the dataclasses in dreamer/config_groups.py and dreamer/env_config.py): its
+Every key of every group (the dataclasses in dreamer/config/groups.py and dreamer/config/env.py): its
 type, default and the comment written beside it (or on the lines just above it) in the schema's
 source, then the presets of the group (conf/<group>/*.yaml) with each file's first comment line.
 tests/test_config_doc.py fails when the file and the schema disagree.

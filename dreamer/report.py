@@ -5,8 +5,8 @@
     python -m dreamer.report plot RUN_DIR... [--reference SCORE_FILE] [--split eval|train] [--out curves.png]
 
 `compare` prints a run's eval curve (its scores.json) beside a reference score file in the official
-DreamerV3 format (dreamer/scores.py) at matching env-frame budgets. `plot` draws runs (seeds) of one
-task as their median and range beside a reference's median and band (dreamer/curves.py).
+DreamerV3 format (dreamer/io/scores.py) at matching env-frame budgets. `plot` draws runs (seeds) of one
+task as their median and range beside a reference's median and band (dreamer/io/curves.py).
 
 Runs by itself at the end of every multirun (the `SweepSummary` Hydra callback in conf/config.yaml).
 Writes SWEEP_DIR/summary.{md,json,png}, prints the Markdown table and, when the runs log to wandb,
@@ -28,8 +28,8 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from dreamer import scores
-from dreamer.metrics import read_metrics, sweep_group_name
+from dreamer.io import scores
+from dreamer.io.metrics import read_metrics, sweep_group_name
 
 COLUMNS = {  # summary key -> table header
     "env_steps_per_s": "env steps/s",
@@ -211,7 +211,7 @@ def compare_main(argv: list[str]) -> None:
 
 
 def plot_main(argv: list[str]) -> None:
-    from dreamer import curves
+    from dreamer.io import curves
 
     parser = argparse.ArgumentParser(prog="python -m dreamer.report plot", description=curves.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -8,51 +8,16 @@ new episode there, and the world model resets its state on it.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.data import (
-    LazyTensorStorage,
-    ReplayBufferEnsemble,
-    TensorDictReplayBuffer,
-    TensorDictRoundRobinWriter,
-)
+from torchrl.data import ReplayBufferEnsemble, TensorDictReplayBuffer, TensorDictRoundRobinWriter
 from torchrl.data.replay_buffers import SliceSampler
 
+from patches.storage import CompileSafeStorage, JournaledWriter, members, newest_index, ring
+
 ENV_INDEX = "env_index"  # the key AsyncBatchedCollector's workers stamp on each transition
-
-
-class SharedLength:
-    """A torchrl tensor storage whose length does not depend on torch.compiler.is_compiling().
-
-    torchrl keeps a storage's length in a shared mp.Value, except while "compiling", when it
-    stores a plain int (Dynamo cannot trace an mp.Value). torch raises that flag for the whole
-    process while any thread compiles (torch/_dynamo/convert_frame.py, compile_inner), so a write
-    from the collector's writer thread while the learner compiled its regions replaced the shared
-    counter by an int: every later write kept the int, and `len()` then failed outside the compile
-    ('int' object has no attribute 'value', e.g. in the final checkpoint after a collector fault).
-    This storage is never traced, so it always uses the shared counter.
-    """
-
-    @property
-    def _len(self) -> int:
-        return self._shared_len().value
-
-    @_len.setter
-    def _len(self, value: int) -> None:
-        self._shared_len().value = value
-
-    def _shared_len(self):
-        shared = getattr(self, "_len_value", None)
-        if not hasattr(shared, "value"):
-            shared = self._len_value = mp.Value("i", 0 if shared is None else int(shared))
-        return shared
-
-
-class CompileSafeStorage(SharedLength, LazyTensorStorage):
-    """torchrl's LazyTensorStorage with the shared length above (replay.storage=memory)."""
 
 
 class SequenceReplay:
@@ -68,12 +33,12 @@ class SequenceReplay:
         per_env = math.ceil(capacity / num_envs)
         members = [
             TensorDictReplayBuffer(
-                storage=self._storage(per_env, env),
+                storage=self._new_storage(per_env, env),
                 # init_key=None: the default ("is_init") marks every slice start as an episode
                 # start, which would reset the RSSM at the start of every sampled sequence.
                 sampler=SliceSampler(slice_len=batch_length, traj_key=ENV_INDEX, init_key=None,
                                      strict_length=True),
-                writer=self._writer(env),
+                writer=self._new_writer(env),
             )
             for env in range(num_envs)
         ]
@@ -85,19 +50,19 @@ class SequenceReplay:
             batch_size=batch_size * batch_length,
         )
 
-    def _storage(self, capacity: int, env: int):
+    def _new_storage(self, capacity: int, env: int):
         if self.directory is None:
             return CompileSafeStorage(capacity)
         from replay import disk as replay_disk
 
         return replay_disk.make_storage(capacity, replay_disk.stream_dir(self.directory, env))
 
-    def _writer(self, env: int):
+    def _new_writer(self, env: int):
         if self.directory is None:
             return TensorDictRoundRobinWriter()
         from replay import disk as replay_disk
 
-        return replay_disk.JournaledWriter(replay_disk.stream_dir(self.directory, env) / replay_disk.JOURNAL)
+        return JournaledWriter(replay_disk.stream_dir(self.directory, env) / replay_disk.JOURNAL)
 
     def extend(self, transitions: TensorDictBase) -> None:
         self.buffer.extend(transitions)
@@ -114,7 +79,7 @@ class SequenceReplay:
 
     def sizes(self) -> list[int]:
         """Transitions stored per env."""
-        return [len(member) for member in self.buffer._rbs]
+        return [len(member) for member in members(self.buffer)]
 
     def can_sample(self) -> bool:
         return any(size >= self.batch_length for size in self.sizes())
@@ -130,7 +95,7 @@ class SequenceReplay:
         written = 0
         for env in ids.unique().tolist():
             mine = ids == env
-            stored = self.member(env).storage._storage  # the ring's TensorDict of preallocated tensors
+            stored = ring(self.member(env).storage)
             env_rows = rows[mine]
             same = stored["step_count"][env_rows].reshape(-1) == step_count[mine]
             env_rows, env_values = env_rows[same], values[mine][same]
@@ -140,7 +105,7 @@ class SequenceReplay:
         return written
 
     def member(self, env: int) -> TensorDictReplayBuffer:
-        return self.buffer._rbs[env]
+        return members(self.buffer)[env]
 
     def stream(self, env: int) -> TensorDictBase | None:
         """Everything stored for one env, oldest first (checkpoints, tests); None if it holds nothing."""
@@ -149,7 +114,7 @@ class SequenceReplay:
             return None
         data = member.storage[: len(member)]
         if len(member) == member.storage.max_size:  # the ring wrapped: oldest follows the last write
-            last = int(torch.as_tensor(member.storage._last_cursor).reshape(-1)[-1])
+            last = newest_index(member.storage)
             order = torch.arange(last + 1, last + 1 + len(member)) % len(member)
             data = data[order]
         return data

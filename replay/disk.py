@@ -28,9 +28,8 @@ import os
 from pathlib import Path
 
 from tensordict import TensorDict
-from torchrl.data import LazyMemmapStorage, TensorDictRoundRobinWriter
 
-from replay.buffer import SharedLength
+from patches.storage import MemmapStorage, restore_ring, writer_position
 
 FORMAT = "dreamer-app/replay-disk/v1"
 JOURNAL = "written"
@@ -38,30 +37,6 @@ JOURNAL = "written"
 
 class ReplayFilesError(RuntimeError):
     """The replay files of a checkpoint are missing, truncated or not the checkpoint's."""
-
-
-class JournaledWriter(TensorDictRoundRobinWriter):
-    """torchrl's round-robin writer that records, before writing, the write count an extend will reach."""
-
-    def __init__(self, journal: Path):
-        super().__init__()
-        self.journal = journal
-        self._fd = None
-
-    def extend(self, data):
-        self.mark(self._write_count + len(data))
-        return super().extend(data)
-
-    def mark(self, written: int) -> None:
-        if self._fd is None:
-            self.journal.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.journal, os.O_RDWR | os.O_CREAT, 0o644)
-        os.pwrite(self._fd, int(written).to_bytes(8, "little"), 0)
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state["_fd"] = None  # a file descriptor does not travel
-        return state
 
 
 def read_journal(path: Path) -> int | None:
@@ -109,8 +84,8 @@ def checkpoint_state(replay, directory: Path, run_dir: Path) -> dict:
         files = _files(member_dir) if member_dir.exists() else {}
         for name in files:
             _fsync(member_dir / name)
-        streams.append({"length": len(member), "cursor": int(member._writer._cursor),
-                        "written": int(member._writer._write_count), "files": files})
+        cursor, written = writer_position(member)
+        streams.append({"length": len(member), "cursor": cursor, "written": written, "files": files})
         metas.append(_metas(member_dir) if member_dir.exists() else "")
     where = os.path.relpath(directory, run_dir) if directory.is_relative_to(run_dir) else str(directory)
     return {"format": FORMAT, "dir": where, "streams": streams, "checksum": _checksum(streams, metas)}
@@ -149,22 +124,16 @@ def reopen(replay, state: dict, directory: Path) -> list[int]:
     late = []
     for env, stream in enumerate(state["streams"]):
         member, member_dir = replay.member(env), stream_dir(directory, env)
-        storage, writer = member._storage, member._writer
         journal = read_journal(member_dir / JOURNAL)
         written_after = max(0, (journal or stream["written"]) - stream["written"])
         late.append(written_after)
         if not stream["files"]:  # this env had written nothing
             continue
-        storage._storage = TensorDict.load_memmap(member_dir)
-        storage.initialized = True
-        storage._len = stream["length"]
-        capacity = storage._storage.shape[0]
-        if stream["length"]:
-            storage._set_last_cursor((stream["cursor"] - 1) % capacity)  # the ring's newest record
-        writer._cursor, writer._write_count = stream["cursor"], stream["written"]
+        data = TensorDict.load_memmap(member_dir)
+        restore_ring(member, data, stream["length"], stream["cursor"], stream["written"])
         if written_after:
-            _cut_after_late_writes(storage._storage, stream, written_after, capacity)
-        writer.mark(stream["written"])  # what the files hold from here on is the checkpoint's
+            _cut_after_late_writes(data, stream, written_after, data.shape[0])
+        member.writer.mark(stream["written"])  # what the files hold from here on is the checkpoint's
     return late
 
 
@@ -177,10 +146,6 @@ def _cut_after_late_writes(data: TensorDict, stream: dict, written_after: int, c
     survivor = end % capacity
     if overwrote and written_after < stream["length"] and survivor < stream["length"]:
         data["is_init"][survivor] = True
-
-
-class MemmapStorage(SharedLength, LazyMemmapStorage):
-    """torchrl's LazyMemmapStorage with the shared length of replay/buffer.py (CompileSafeStorage)."""
 
 
 def make_storage(capacity: int, member_dir: Path) -> MemmapStorage:

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-import dreamer  # noqa: F401  before any test imports torch: dreamer/mkl_amd.py acts as in the app
+from dreamer.runtime import setup
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+setup()  # before any test imports torch or a simulator: as in the app (dreamer/runtime.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

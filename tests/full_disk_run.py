@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from dreamer import checkpoint, metrics
+from dreamer.io import checkpoint, metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_SPACE = os.strerror(errno.ENOSPC)

@@ -1,4 +1,4 @@
-"""collectors/absent_modules.py: tensordict's per-call lookup of pandas answered from sys.modules."""
+"""patches/absent_modules.py: tensordict's per-call lookup of pandas answered from sys.modules."""
 import importlib.machinery
 import importlib.util
 import sys
@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from collectors.absent_modules import mark_absent_modules
+from patches.absent_modules import mark_absent_modules
 
 
 def path_searches(call) -> int:

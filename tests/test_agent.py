@@ -9,15 +9,15 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.modules import RSSMStateEstimatorV3
 
-from dreamer.agent import ObsSpec, build_agent, build_nets, count_parameters
-from dreamer.config import LearnerConfig, WorldModelConfig
-from dreamer.learner import Learner, resolve_flags, to_loss_batch
-from dreamer.policy import (
+from dreamer.agent.learner import Learner, resolve_flags, to_loss_batch
+from dreamer.agent.model import ObsSpec, build_agent, build_nets, count_parameters
+from dreamer.agent.policy import (
     DreamerPolicyFactory,
     build_acting_policy,
     check_policy_keys,
     make_primer,
 )
+from dreamer.config import LearnerConfig, WorldModelConfig
 from tests.helpers import PIXELS, PROPRIO, TINY, XS, replay_batch
 
 S = WorldModelConfig()  # the "s" defaults

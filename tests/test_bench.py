@@ -172,7 +172,7 @@ def test_cpu_learner_bench_prints_eager_and_regional_cold_and_warm(tmp_path):
     regional = [float(ms) for ms in cells[3].split(",")]
     assert abs(float(cells[4].rstrip("x")) - float(cells[1]) / max(regional)) < 0.05  # of rounded figures
     assert cells[8] == "500" and cells[9] == f"{max(regional) / 500:.2f}x" and cells[10] == "21.5"
-    from dreamer import mkl_amd
+    from patches import mkl_amd
     # on an AMD CPU with AVX-512 the first column ran with MKL's own kernel choice, the others with the fix
     assert (mkl_amd.STATUS or "MKL as shipped") in lines[-7]
     assert ("eager with MKL's default kernels" in proc.stdout) == (mkl_amd.STATUS == mkl_amd.ACTIVE)

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dreamer import checkpoint
-from dreamer.metrics import MetricsLogger, read_metrics
+from dreamer.io import checkpoint
+from dreamer.io.metrics import MetricsLogger, read_metrics
 from tests.helpers import live_children
 
 
@@ -80,7 +80,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path)
     import time
 
     checkpoint.save(tmp_path, 1, {"weights": torch.ones(3)})
-    code = (f"import torch; from dreamer import checkpoint; "
+    code = (f"import torch; from dreamer.io import checkpoint; "
             f"checkpoint.save({str(tmp_path)!r}, 2, {{'weights': torch.zeros(200_000_000, dtype=torch.uint8)}})")
     writer = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
     deadline = time.monotonic() + 60

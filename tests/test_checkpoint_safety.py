@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from dreamer import checkpoint
-from dreamer.disk import DiskFullError, is_no_space
-from dreamer.metrics import MetricsLogger
+from dreamer.io import checkpoint
+from dreamer.io.disk import DiskFullError, is_no_space
+from dreamer.io.metrics import MetricsLogger
 from tests.conftest import ROOT, run_train
 from tests.helpers import live_children, processes_tagged
 
@@ -83,7 +83,7 @@ def test_directory_where_nothing_loads_lists_every_file(tmp_path):
 
 
 def test_rng_states_round_trip_through_a_safe_checkpoint(tmp_path):
-    from dreamer.run_state import rng_state, set_rng_state
+    from dreamer.run.state import rng_state, set_rng_state
 
     torch.manual_seed(3), np.random.seed(4), random.seed(5)
     np.random.normal()  # leaves a cached gaussian in numpy's state

@@ -54,7 +54,7 @@ def test_the_cpu_presets_for_make_train_and_the_learning_benchmark_are_cpu_plus_
 
 
 def test_seed_presets_match_the_reference_run_and_place_parts_on_four_gpus():
-    from dreamer import placement
+    from dreamer.config import placement
 
     one = composed("experiment=seed_pixel_64env")  # (validating needs CUDA)
     col, rep, lrn = one.collector, one.replay, one.learner
@@ -200,7 +200,7 @@ GROUPS = ["experiment", "env", "collector", "world_model", "learner", "replay", 
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_a_misspelled_preset_of_any_group_fails_naming_the_group_and_its_presets(train, group):
-    from dreamer.overrides import presets
+    from dreamer.config.overrides import presets
 
     real = presets(group)[0]
     for args in ([f"{group}={real}x"], ["--cfg", "job", f"{group}={real}x"], ["-m", f"{group}={real},{real}x"]):
@@ -215,7 +215,7 @@ def test_run_dir_checks_name_the_key(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
 
-    from dreamer.app import check_run_dir, checkpoint_bytes
+    from dreamer.run.app import check_run_dir, checkpoint_bytes
 
     check_run_dir(str(tmp_path / "run"), need=1)  # creates and writes it
     (tmp_path / "file").write_text("x")  # a file where a directory should go: not writable as a dir
@@ -229,7 +229,7 @@ def test_run_dir_checks_name_the_key(tmp_path, monkeypatch):
 
 
 def test_checkpoint_bytes_counts_the_replay_only_when_it_is_saved():
-    from dreamer.app import checkpoint_bytes
+    from dreamer.run.app import checkpoint_bytes
 
     small = validate(composed("env=dmc_cartpole_balance", "replay.capacity=1000", "checkpoint.keep=1"))
     per_record = 5 * 4 + 1 * 4 + 41 + (32 + 2 * 512)  # obs, action, flags/counters, context of model s

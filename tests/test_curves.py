@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from dreamer import curves
+from dreamer.io import curves
 from tests.conftest import ROOT
 
 

@@ -1,4 +1,4 @@
-"""Data-parallel training on torch.distributed (dreamer/distributed.py): 2 gloo ranks on this CPU."""
+"""Data-parallel training on torch.distributed (dreamer/run/distributed.py): 2 gloo ranks on this CPU."""
 import os
 import re
 import signal
@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from dreamer import checkpoint
+from dreamer.io import checkpoint
 from tests.conftest import ROOT
 from tests.helpers import processes_tagged
 
@@ -39,7 +39,7 @@ def test_a_batch_not_divisible_by_the_world_size_is_rejected_naming_the_key():
 def _update_on_rank(rank: int, port: int, x: torch.Tensor, y: torch.Tensor, out: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
-    from dreamer.distributed import Ranks
+    from dreamer.run.distributed import Ranks
     world = Ranks(cuda=False)
     net, optimizer = _net_and_optimizer()
     optimizer.grad_sync = world.average_gradients
@@ -58,7 +58,7 @@ def _update_on_rank(rank: int, port: int, x: torch.Tensor, y: torch.Tensor, out:
 
 
 def _net_and_optimizer():
-    from dreamer.optimizer import GuardedDreamerV3Optimizer
+    from dreamer.agent.optimizer import GuardedDreamerV3Optimizer
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.SiLU(), torch.nn.Linear(32, 3))
     # the learner's optimizer (LaProp + adaptive gradient clipping), as built for the agent
@@ -124,10 +124,10 @@ def _dreamer_learner(batch_rows: slice):
     from hydra import compose, initialize_config_dir
     from tensordict import TensorDict
 
-    from replay.records import ContextSpec
-    from dreamer.agent import ObsSpec, build_agent
+    from dreamer.agent.learner import Learner
+    from dreamer.agent.model import ObsSpec, build_agent
     from dreamer.config import register_configs, validate
-    from dreamer.learner import Learner
+    from replay.records import ContextSpec
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -153,7 +153,7 @@ def _dreamer_learner(batch_rows: slice):
 def _dreamer_update_on_rank(rank: int, port: int, out: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
-    from dreamer.distributed import Ranks
+    from dreamer.run.distributed import Ranks
     world = Ranks(cuda=False)
     agent, learner, batch = _dreamer_learner(slice(2 * rank, 2 * rank + 2))
     agent.optimizer.grad_sync = world.average_gradients  # as Trainer wires it
@@ -205,8 +205,8 @@ def rank_dirs() -> set[str]:
 
 @pytest.mark.slow
 def test_torchrun_two_ranks_train_in_step_log_once_and_resume_each_ranks_replay(tmp_path):
-    from dreamer.app import load_resume_state
     from dreamer.config import validate
+    from dreamer.run.app import load_resume_state
     from tests.helpers import composed
 
     before = rank_dirs()
@@ -307,12 +307,12 @@ def test_a_slurm_task_becomes_a_rank_from_slurms_variables():
              "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1"}
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT", "SUBMITIT_EXECUTOR")}
-    code = ("import os; from dreamer.launch import export_slurm_rendezvous as e; print(e()); "
+    code = ("import os; from dreamer.run.launch import export_slurm_rendezvous as e; print(e()); "
             "print(*(os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, **slurm}, capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     assert out[:5] == ["True", "5", "8", "1", "gpu07"] and 20000 <= int(out[5]) <= 60000
-    single = subprocess.run([sys.executable, "-c", "from dreamer.launch import export_slurm_rendezvous as e; print(e())"],
+    single = subprocess.run([sys.executable, "-c", "from dreamer.run.launch import export_slurm_rendezvous as e; print(e())"],
                             cwd=ROOT, env={**env, **slurm, "SLURM_NTASKS": "1"}, capture_output=True, text=True,
                             timeout=60, check=True).stdout.strip()
     assert single == "False"

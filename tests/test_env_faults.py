@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from dreamer import checkpoint
-from dreamer.metrics import read_metrics
+from dreamer.io import checkpoint
+from dreamer.io.metrics import read_metrics
 from tests.conftest import run_train
 from tests.helpers import processes_tagged
 

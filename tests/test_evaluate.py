@@ -3,9 +3,9 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from dreamer.agent import ObsSpec, build_agent
-from dreamer.evaluate import Evaluator, open_loop_frames
+from dreamer.agent.model import ObsSpec, build_agent
 from dreamer.config import LearnerConfig
+from dreamer.run.evaluator import Evaluator, open_loop_frames
 from tests.helpers import TINY
 
 ENV = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
@@ -40,8 +40,8 @@ def test_a_gpu_checkpoint_config_evaluates_on_this_machine(tmp_path):
     """A checkpoint of the 64-env CUDA preset (static inference batch, CUDA graph) must load here."""
     from omegaconf import OmegaConf
 
-    from dreamer import checkpoint
     from dreamer.evaluate import cli_config
+    from dreamer.io import checkpoint
     from tests.helpers import composed
 
     saved = OmegaConf.to_container(composed("experiment=seed_pixel_64env", "learner.cudagraph=true"))

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from benchmarks import gpu_check
-from dreamer.overrides import check_override_keys
+from dreamer.config.overrides import check_override_keys
 from tests.conftest import ROOT
 
 

@@ -1,6 +1,6 @@
 """The learner's CPU speed-ups that must not change what it learns: the lean imagination rollout
-(dreamer/imagination.py), the gradient-free rollout under REINFORCE, the factored block GRU
-(dreamer/block_gru.py) and the observed-sequence rollout (dreamer/rssm_rollout.py). Each is
+(dreamer/agent/imagination.py), the gradient-free rollout under REINFORCE, the factored block GRU
+(patches/block_gru.py) and the observed-sequence rollout (patches/rssm_rollout.py). Each is
 compared with torchrl's own path on the same seed."""
 import copy
 
@@ -11,11 +11,11 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.models import model_based
 from torchrl.modules.models.model_based import RSSMRolloutV3, _DreamerV3BlockGRU
 
-from dreamer.agent import build_agent, build_nets
-from dreamer.block_gru import FactoredBlockGRU
+from dreamer.agent.learner import Learner
+from dreamer.agent.model import build_agent, build_nets
 from dreamer.config import LearnerConfig
-from dreamer.learner import Learner
-from dreamer.rssm_rollout import RSSMRollout
+from patches.block_gru import FactoredBlockGRU
+from patches.rssm_rollout import RSSMRollout
 from tests.helpers import PROPRIO, TINY, XS, replay_batch
 
 
@@ -123,7 +123,7 @@ def test_the_factored_block_gru_keeps_torchrls_dtypes_under_bf16_autocast():
 
 
 def test_the_rollout_without_the_discarded_prior_draw_is_torchrls(monkeypatch):
-    """dreamer/rssm_rollout.py: the same outputs, gradients and random stream as torchrl's loop,
+    """patches/rssm_rollout.py: the same outputs, gradients and random stream as torchrl's loop,
     with one straight-through draw per step instead of two."""
     torch.manual_seed(0)
     agent = build_agent(TINY, LearnerConfig(compile=False), PROPRIO, 1, "cpu")

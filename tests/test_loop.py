@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from collectors.episodes import EpisodeTracker
-from dreamer import checkpoint
-from dreamer.learner import MetricWindow
-from dreamer.trainer import Trainer
-from dreamer.app import load_resume_state
+from dreamer.agent.learner import MetricWindow
 from dreamer.config import ConfigError, validate
+from dreamer.io import checkpoint
+from dreamer.run.app import load_resume_state
+from dreamer.run.trainer import Trainer
 from tests.helpers import SMALL, composed, transitions
+
 
 def test_episode_tracker_sums_returns_per_env_across_chunks():
     tracker = EpisodeTracker()
@@ -73,7 +74,7 @@ def test_resume_with_another_env_count_fails_at_start_up_naming_the_key(tmp_path
 
 
 def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
-    from dreamer.updates import NonFiniteLossError
+    from dreamer.run.updates import NonFiniteLossError
 
     trainer = Trainer(validate(composed(*SMALL, "learner.max_nonfinite_updates=3")), tmp_path)
     trainer.collection.stopped = True  # no collector here: weight pushes are no-ops
@@ -144,8 +145,8 @@ class FailingEnvFactory:
 
 @pytest.mark.slow
 def test_env_failing_mid_episode_stops_training_with_a_checkpoint_and_no_process(tmp_path, monkeypatch):
-    import dreamer.loop as loop
-    import dreamer.collection as collection_module
+    import dreamer.run.collection as collection_module
+    import dreamer.run.loop as loop
     from tests.helpers import live_children
 
     real = collection_module.env_factory
@@ -173,7 +174,7 @@ def test_collection_is_not_paused_or_resumed_once_the_collector_is_stopped():
     """After a kill (a lost rank) the collector's processes are gone: touching them must not fail."""
     from types import SimpleNamespace
 
-    from dreamer.collection import Collection
+    from dreamer.run.collection import Collection
 
     class Untouchable:
         def __getattr__(self, name):

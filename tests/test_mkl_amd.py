@@ -1,4 +1,4 @@
-"""dreamer/mkl_amd.py: MKL's AVX-512 kernels on AMD CPUs, loaded before torch; same results."""
+"""patches/mkl_amd.py: MKL's AVX-512 kernels on AMD CPUs, loaded before torch; same results."""
 import json
 import os
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamer import mkl_amd
+from patches import mkl_amd
 
 ROOT = Path(__file__).resolve().parents[1]
 ON_AMD_AVX512 = mkl_amd.amd_with_avx512(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else False
@@ -34,8 +34,8 @@ def python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 RESOLVED = """
-import ctypes, os, dreamer, torch
-from dreamer import mkl_amd
+import ctypes, os; from dreamer.runtime import setup; setup(); import torch
+from patches import mkl_amd
 # what the dynamic linker gives torch's MKL: the global scope's definition first, else torch's own
 try:
     found = ctypes.CDLL(None).mkl_serv_intel_cpu_true
@@ -47,7 +47,7 @@ print(mkl_amd.STATUS, "|", found())
 
 @needs_amd
 def test_torchs_mkl_finds_the_shim_unless_told_not_to(tmp_path):
-    on = python(RESOLVED, HOME=str(tmp_path))  # a fresh machine: the shim is built on first import
+    on = python(RESOLVED, HOME=str(tmp_path))  # a fresh machine: the shim is built by the first setup()
     assert on.returncode == 0, on.stderr[-2000:]
     assert on.stdout.strip() == f"{mkl_amd.ACTIVE} | 1"
     assert (tmp_path / ".cache" / "dreamer-app" / mkl_amd.LIBRARY).is_file()
@@ -57,14 +57,14 @@ def test_torchs_mkl_finds_the_shim_unless_told_not_to(tmp_path):
     said = f"MKL: its default (AVX2) kernels on this AMD CPU: {mkl_amd.ENV_VAR}='of' is not 0 or 1 | 0"
     assert typo.stdout.strip() == said
     assert python(RESOLVED, **{mkl_amd.ENV_VAR: "false"}).stdout.strip().endswith(f"({mkl_amd.ENV_VAR}=false) | 0")
-    late = python(RESOLVED.replace("import ctypes, os, dreamer, torch", "import ctypes, os, torch, dreamer"))
-    assert late.stdout.strip().endswith("torch was imported before dreamer | 0")  # said, not pretended
+    late = python(RESOLVED.replace("import ctypes, os; from dreamer.runtime import setup; setup(); import torch", "import ctypes, os, torch; from dreamer.runtime import setup; setup()"))
+    assert late.stdout.strip().endswith("torch was imported before dreamer.runtime.setup() | 0")  # said, not pretended
     no_cc = python(RESOLVED, HOME=str(tmp_path / "empty"), CC=str(tmp_path / "no-such-cc"))
     assert no_cc.returncode == 0 and "the AVX-512 shim failed" in no_cc.stdout and no_cc.stdout.endswith("| 0\n")
 
 
 MATMULS = """
-import json, dreamer, torch
+import json; from dreamer.runtime import setup; setup(); import torch
 torch.manual_seed(0)
 errors = []
 for m, k, n in [(15360, 1536, 512), (1024, 512, 1536), (16, 1536, 512), (4097, 255, 33)]:
@@ -88,10 +88,10 @@ def test_matmuls_with_the_shim_match_float64():
 
 
 LOSSES = """
-import json, dreamer, torch
+import json; from dreamer.runtime import setup; setup(); import torch
 from dreamer.config import LearnerConfig
-from dreamer.learner import Learner
-from dreamer.agent import build_agent
+from dreamer.agent.learner import Learner
+from dreamer.agent.model import build_agent
 from tests.helpers import LOSSES, PROPRIO, TINY, replay_batch
 batch = replay_batch(2, 9, PROPRIO, 1, seed=3)
 torch.manual_seed(0)

@@ -6,10 +6,10 @@ from tensordict import TensorDict
 from torchrl.modules import RSSMStateEstimatorV3
 from torchrl.modules.models import model_based
 
-from replay.records import CONTEXT, ContextSpec, ReplayRecords
-from dreamer.agent import ObsSpec, build_agent, build_nets, count_parameters
+from dreamer.agent.learner import Learner, to_loss_batch
+from dreamer.agent.model import ObsSpec, build_agent, build_nets, count_parameters
 from dreamer.config import LearnerConfig
-from dreamer.learner import Learner, to_loss_batch
+from replay.records import CONTEXT, ContextSpec, ReplayRecords
 from tests.helpers import TINY, preset
 
 PROPRIO = ObsSpec(pixels=None, vector_dim=5)
@@ -240,9 +240,8 @@ def test_a_sampled_sequence_starts_from_its_first_records_stored_latent():
 
 def test_the_learner_writes_refreshed_latents_back_into_replay(tmp_path):
     from dreamer.config import validate
-    from dreamer.trainer import Trainer
-    from tests.helpers import composed
-    from tests.helpers import SMALL, transitions
+    from dreamer.run.trainer import Trainer
+    from tests.helpers import SMALL, composed, transitions
 
     trainer = Trainer(validate(composed(*SMALL)), tmp_path)
     trainer.collection.stopped = True
@@ -289,8 +288,8 @@ def test_write_back_skips_rows_overwritten_since_sampling():
 
 # -- official defaults and sizes -------------------------------------------------------------
 def test_default_learner_carries_the_official_values():
-    from tests.helpers import composed
     from dreamer.config import validate
+    from tests.helpers import composed
 
     config = validate(composed("env=dmc_cartpole_balance", "world_model=size1m"))
     agent = build_agent(config.world_model, config.learner, PROPRIO, 1)
@@ -309,8 +308,8 @@ def test_default_learner_carries_the_official_values():
 
 
 def test_v1_learner_preset_keeps_the_paper_values():
-    from tests.helpers import composed
     from dreamer.config import validate
+    from tests.helpers import composed
 
     config = validate(composed("env=dmc_cartpole_balance", "world_model=tiny", "learner=v1"))
     agent = build_agent(config.world_model, config.learner, PROPRIO, 1)

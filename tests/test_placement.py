@@ -3,8 +3,7 @@ import os
 
 import pytest
 
-from dreamer import placement
-from dreamer.config import Config, ConfigError, EnvConfig, LearnerConfig, CollectorConfig
+from dreamer.config import CollectorConfig, Config, ConfigError, EnvConfig, LearnerConfig, placement
 
 
 def config(learner="auto", collector="auto", render="all"):

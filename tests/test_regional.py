@@ -1,4 +1,4 @@
-"""learner.compile=regional (dreamer/regional.py): the same losses as eager, chosen by `auto` for
+"""learner.compile=regional (patches/regional.py): the same losses as eager, chosen by `auto` for
 long CPU runs only, and a train.py run with it."""
 import re
 
@@ -8,12 +8,13 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torchrl.modules.models.model_based import RSSMRolloutV3, SymExpTwoHot
 from torchrl.objectives.dreamer_v3 import DreamerV3ValueLoss
 
-from dreamer.agent import build_agent
+from dreamer.agent.learner import Learner, resolve_flags
+from dreamer.agent.model import build_agent
 from dreamer.config import LearnerConfig
-from dreamer.learner import Learner, resolve_flags
-from dreamer.regional import REGIONAL_MIN_UPDATES
-from dreamer.rssm_rollout import RSSMRollout
+from patches.regional import REGIONAL_MIN_UPDATES
+from patches.rssm_rollout import RSSMRollout
 from tests.helpers import LOSSES, PROPRIO, TINY, replay_batch
+
 
 def test_auto_compiles_regions_only_for_long_cpu_runs():
     cpu, auto = torch.device("cpu"), LearnerConfig()
@@ -72,9 +73,9 @@ def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(rf"learner: regionally compiled fp32, \d+ thread\(s\), ~25 updates planned "
                      rf"\(compile cache: {re.escape(str(tmp_path / 'cache'))}\)", proc.stdout), proc.stdout[-2000:]
-    from dreamer import mkl_amd
+    from patches import mkl_amd
     if mkl_amd.STATUS:  # this CPU is an AMD one with AVX-512: the run says MKL runs its AVX-512 kernels
-        assert "MKL: AVX-512 kernels on this AMD CPU (dreamer/mkl_amd.py)" in proc.stdout
+        assert "MKL: AVX-512 kernels on this AMD CPU (patches/mkl_amd.py)" in proc.stdout
     assert f"trained to 400 env steps ({1 + 100 * 16 // 64} updates)" in proc.stdout
     assert "eval at 400 env steps" in proc.stdout  # the evaluator acts with the compiled prior's nets
 
@@ -89,7 +90,7 @@ def test_the_compile_cache_defaults_to_the_apps_directory(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["HOME"] = str(tmp_path)
-    code = ("from dreamer.regional import compile_cache_dir\nimport torch._dynamo, torchrl\n"
+    code = ("from patches.regional import compile_cache_dir\nimport torch._dynamo, torchrl\n"
             "print(compile_cache_dir())")
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
                           capture_output=True, text=True, timeout=120)

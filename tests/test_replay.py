@@ -3,7 +3,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from replay.buffer import CompileSafeStorage, SequenceReplay
+from patches.storage import CompileSafeStorage
+from replay.buffer import SequenceReplay
 from tests.conftest import ROOT
 from tests.helpers import assert_sequences_consistent, assert_stream_in_order
 
@@ -79,11 +80,11 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
     from collectors.collector import build_collector
     from collectors.envs import env_factory
     from collectors.envs.dmc import task_dims
-    from replay.records import ContextSpec, ReplayRecords
     from collectors.specs import bytes_per_transition, context_bytes
-    from dreamer.agent import ObsSpec
+    from dreamer.agent.model import ObsSpec
+    from dreamer.agent.policy import DreamerPolicyFactory, primer_factory
     from dreamer.config import WorldModelConfig
-    from dreamer.policy import DreamerPolicyFactory, primer_factory
+    from replay.records import ContextSpec, ReplayRecords
 
     env_cfg = OmegaConf.create(dict(domain="cartpole", task="balance", obs="pixels", image_size=64,
                                     action_repeat=8, camera=None, fast_visuals=True))  # 125-step episodes
@@ -144,4 +145,4 @@ def test_a_write_while_another_thread_compiles_keeps_the_shared_length():
         write_during_compile(LazyTensorStorage(100))  # torchrl's storage
     assert write_during_compile(CompileSafeStorage(100)) == 10
     replay = SequenceReplay(2, 100, 2, 4)
-    assert all(isinstance(replay.buffer[i]._storage, CompileSafeStorage) for i in range(2))
+    assert all(isinstance(replay.buffer[i].storage, CompileSafeStorage) for i in range(2))

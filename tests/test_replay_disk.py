@@ -93,12 +93,10 @@ def test_a_new_run_refuses_replay_files_already_in_its_dir(tmp_path):
 
 def test_a_disk_run_resumes_its_replay_and_makes_the_same_update(tmp_path):
     """The exact-resume test (tests/test_loop.py) on disk storage: the files are reopened, not copied."""
-    from dreamer import checkpoint
-    from dreamer.app import load_resume_state
     from dreamer.config import validate
-    from dreamer.trainer import Trainer
-    from tests.helpers import composed
-    from tests.helpers import SMALL
+    from dreamer.run.app import load_resume_state
+    from dreamer.run.trainer import Trainer
+    from tests.helpers import SMALL, composed
 
     disk = (*SMALL, "replay.storage=disk")
     original = Trainer(validate(composed(*disk)), tmp_path)
@@ -123,11 +121,10 @@ def test_a_disk_run_resumes_its_replay_and_makes_the_same_update(tmp_path):
 
 
 def test_a_resume_with_damaged_files_is_one_config_error_or_goes_on_without_the_replay(tmp_path):
-    from dreamer.app import load_resume_state
     from dreamer.config import ConfigError, validate
-    from dreamer.trainer import Trainer
-    from tests.helpers import composed
-    from tests.helpers import SMALL
+    from dreamer.run.app import load_resume_state
+    from dreamer.run.trainer import Trainer
+    from tests.helpers import SMALL, composed
 
     disk = (*SMALL, "replay.storage=disk")
     trainer = Trainer(validate(composed(*disk)), tmp_path)
@@ -149,8 +146,8 @@ def test_train_py_on_disk_keeps_small_checkpoints_survives_sigkill_and_resumes_i
     import sys
     import time
 
-    from dreamer import checkpoint
-    from dreamer.metrics import read_metrics
+    from dreamer.io import checkpoint
+    from dreamer.io.metrics import read_metrics
     from tests.conftest import ROOT, run_train
 
     args = ("env=dmc_cartpole_balance_pixels", "env.fast_visuals=true", "world_model=tiny", "collector.num_envs=2",

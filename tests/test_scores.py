@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dreamer.scores import compare, load_records, value_at, write_scores
+from dreamer.io.scores import compare, load_records, value_at, write_scores
 from tests.conftest import ROOT
 
 

@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dreamer import checkpoint
-from dreamer.metrics import read_metrics
-
+from dreamer.io import checkpoint
+from dreamer.io.metrics import read_metrics
 from tests.conftest import ROOT
 from tests.helpers import processes_tagged
-
 
 STOP_S = 60
 # a stop during start-up is honoured at its next safe point, after imports and builds that a busy
@@ -137,7 +135,8 @@ def test_ctrl_c_while_children_start_reaches_the_handler():
     """Unit level: inside the guard a SIGINT reaches this process's handler (it used to be
     discarded), while a process spawned there ignores it."""
     import multiprocessing as mp
-    from dreamer.stop import children_ignore_stop_signals
+
+    from patches.spawn import children_ignore_stop_signals
     received = []
     previous = signal.signal(signal.SIGINT, lambda *_: received.append("SIGINT"))
     try:

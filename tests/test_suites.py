@@ -8,8 +8,9 @@ from torchrl.data import OneHot
 import tests.gym_envs  # noqa: F401  (registers the DreamerTest/* envs)
 from collectors.envs import make_env
 from collectors.specs import env_key, env_spec
-from dreamer.actors import DiscreteActorNet, OneHotActions
+from dreamer.agent.actors import DiscreteActorNet
 from dreamer.config import ConfigError, EnvConfig, check_task
+from patches.distributions import OneHotActions
 
 
 def env_cfg(**fields) -> dict:
@@ -285,7 +286,7 @@ def test_a_new_suite_is_one_module_and_one_word_in_the_map(monkeypatch):
     """docs/environments.md's worked example (tests/corridor_suite.py): with its entry in the one map,
     the config, start-up check, spec, task name, placement and env factory all serve it."""
     from collectors.envs import suite as suites
-    from dreamer import placement
+    from dreamer.config import placement
 
     monkeypatch.setitem(suites.SUITE_MODULES, "corridor", "tests.corridor_suite")
     cfg = EnvConfig(suite="corridor", task="short", obs="proprio", action_repeat=1)

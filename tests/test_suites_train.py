@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dreamer.metrics import read_metrics
+from dreamer.io.metrics import read_metrics
 from tests.conftest import ROOT, run_train
 
 SHORT = ("world_model=tiny", "collector.num_envs=2", "collector.transition_chunk_size=8", "replay.batch_size=2",

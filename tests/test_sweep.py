@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from dreamer.config import register_configs
-from dreamer.metrics import sweep_group_name
+from dreamer.io.metrics import sweep_group_name
 from dreamer.report import summarize, sweep_summary
 from tests.conftest import ROOT, run_train
 

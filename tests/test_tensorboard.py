@@ -5,7 +5,7 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from dreamer.metrics import MetricsLogger, read_metrics
+from dreamer.io.metrics import MetricsLogger, read_metrics
 from tests.conftest import run_train
 
 

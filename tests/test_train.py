@@ -6,10 +6,9 @@ import uuid
 
 import pytest
 
-from dreamer.metrics import read_metrics
+from dreamer.io.metrics import read_metrics
 from tests.conftest import ROOT, run_train
-from tests.helpers import processes_tagged
-from tests.helpers import RUN
+from tests.helpers import RUN, processes_tagged
 
 UPDATES_AT = {600: 1 + 300 * 16 // 64, 800: 1 + 500 * 16 // 64}  # 1 + (frames - prefill) x ratio / (B x T)
 
@@ -123,7 +122,7 @@ def test_evaluate_fails_clearly_on_bad_checkpoints_and_arguments(tmp_path, args,
 def test_resume_from_a_dir_whose_newest_checkpoint_is_truncated_takes_the_previous_one(first_run, tmp_path):
     import shutil
 
-    from dreamer import checkpoint
+    from dreamer.io import checkpoint
 
     proc, first_dir, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]

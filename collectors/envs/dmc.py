@@ -16,11 +16,10 @@ import functools
 import math
 import os
 
-import collectors  # noqa: F401  (sets MUJOCO_GL before dm_control loads)
-
 import dm_env
 
 from collectors.envs.suite import Suite
+from patches.dmc import dreamer_dmc_env
 
 # DreamerV3 renders quadruped from camera 2; every other domain from camera 0.
 DEFAULT_CAMERAS = {"quadruped": 2}
@@ -66,18 +65,13 @@ class ActionRepeat(dm_env.Environment):
         return self._env.discount_spec()
 
 
-@functools.lru_cache(maxsize=None)
-def dreamer_dmc_env() -> type:
-    """torchrl's DMControlWrapper, accepting our ActionRepeat wrapper as the inner env (built on first
-    use: this module's top level stays torch-free for start-up checks)."""
-    from torchrl.envs.libs.dm_control import DMControlWrapper
+def dm_control_suite():
+    """dm_control's task suite, with MuJoCo's GL backend chosen before its first import (MuJoCo reads
+    MUJOCO_GL once): EGL renders offscreen with or without a GPU (Mesa's llvmpipe on a CPU)."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from dm_control import suite
 
-    class DreamerDMCEnv(DMControlWrapper):
-        def _check_kwargs(self, kwargs: dict):
-            if "env" not in kwargs:
-                raise TypeError("Could not find environment key 'env' in kwargs.")
-
-    return DreamerDMCEnv
+    return suite
 
 
 def use_fast_visuals(physics, image_size: int) -> None:
@@ -119,10 +113,17 @@ def make_dmc_env(
         # MUJOCO_EGL_DEVICE_ID names: set before that import (a worker process hosts one env).
         # torchrl's EGL_DEVICE_ID is read by neither MuJoCo nor dm_control 1.0.50.
         os.environ["MUJOCO_EGL_DEVICE_ID"] = str(render_device)
-    from dm_control import suite
+    suite = dm_control_suite()
     from dm_control.suite.wrappers import pixels as pixel_wrapper
-    from torchrl.envs import (CatTensors, Compose, DoubleToFloat, InitTracker, PermuteTransform, StepCounter,
-                              TransformedEnv)
+    from torchrl.envs import (
+        CatTensors,
+        Compose,
+        DoubleToFloat,
+        InitTracker,
+        PermuteTransform,
+        StepCounter,
+        TransformedEnv,
+    )
 
     raw = suite.load(domain, task, task_kwargs={"random": seed})
     state_keys = list(raw.observation_spec().keys())
@@ -160,7 +161,7 @@ def make(cfg: dict, seed: int, extra_transform=None):
 @functools.lru_cache(maxsize=None)
 def task_dims(domain: str, task: str) -> tuple[int, int]:
     """(proprio state vector size, action size) of a DMC task; loads it once per process."""
-    from dm_control import suite
+    suite = dm_control_suite()
 
     env = suite.load(domain, task)
     obs = sum(math.prod(s.shape) for s in env.observation_spec().values())
@@ -179,7 +180,7 @@ def spec(cfg: dict):
 
 
 def check(cfg: dict) -> None:
-    from dm_control import suite
+    suite = dm_control_suite()
 
     domains = sorted({d for d, _ in suite.ALL_TASKS})
     if cfg["domain"] not in domains:

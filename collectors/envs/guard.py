@@ -6,7 +6,7 @@ step's float observations and reward in the env's own process (one `isfinite().a
 has to be there, before the policy server, because a NaN observation would otherwise surface as a
 sampling error deep inside the policy. env.nonfinite picks what happens:
   error  raise `NonFiniteEnvData`, whose message names the key, the env worker, its env step and
-         the task; dreamer/app.py prints it as one line (the loop has written its checkpoint)
+         the task; dreamer/run/app.py prints it as one line (the loop has written its checkpoint)
   zero   replace them with 0 and count them in the step's `nonfinite` entry (collect/nonfinite_values)
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torchrl.envs import Transform
 
 COUNT_KEY = "nonfinite"
 MODES = ("error", "zero")
-# How dreamer/app.py finds an env fault's message inside the collector's wrapped errors (messages
+# How dreamer/run/app.py finds an env fault's message inside the collector's wrapped errors (messages
 # hold no quotes: the collector may pass them on as the repr of the worker's error).
 MARK = "env.nonfinite: "
 SPEC_MARK = "env spec changed: "

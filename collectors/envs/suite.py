@@ -30,7 +30,7 @@ def _no_rendering(cfg: dict) -> bool:
 
 @dataclass(frozen=True)
 class Suite:
-    """What the app needs from a suite. `cfg` is a plain dict of EnvConfig's fields (dreamer/env_config.py)
+    """What the app needs from a suite. `cfg` is a plain dict of EnvConfig's fields (dreamer/config/env.py)
     plus the factory's extras (worker, render_device, ...). A problem with the user's settings raises
     ValueError("env.<key>: what is wrong"), which start-up turns into `error: config key 'env.<key>'`."""
     observations: tuple[str, ...]  # the env.obs values it supports
