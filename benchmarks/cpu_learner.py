@@ -36,7 +36,8 @@ def one(size: str, obs: str, length: int, mode: str, updates: int) -> dict:
     from tensordict import TensorDict
 
     from dreamer.agent.learner import Learner
-    from dreamer.agent.model import ObsSpec, build_agent
+    from dreamer.agent.model import build_agent
+    from dreamer.agent.obs import ObsSpec
     from dreamer.config import register_configs, validate
     from replay.records import ContextSpec
 

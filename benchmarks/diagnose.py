@@ -32,7 +32,8 @@ def _two_hot_mean(logits: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def diagnose(run_dir: Path, episodes: int, sample: bool) -> dict:
     from collectors.specs import env_spec
-    from dreamer.agent.model import ObsSpec, build_agent
+    from dreamer.agent.model import build_agent
+    from dreamer.agent.obs import ObsSpec
     from dreamer.evaluate import cli_config
     from dreamer.run.evaluator import Evaluator
 

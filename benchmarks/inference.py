@@ -24,7 +24,7 @@ import collectors  # noqa: F401  (MUJOCO_GL)
 from collectors.collector import build_collector
 from collectors.envs import env_factory
 from collectors.specs import env_spec
-from dreamer.agent.model import ObsSpec
+from dreamer.agent.obs import ObsSpec
 from dreamer.agent.policy import DreamerPolicyFactory, primer_factory
 from dreamer.config import placement, register_configs, validate
 

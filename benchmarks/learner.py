@@ -29,7 +29,8 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from benchmarks import sampling
 from dreamer.agent.learner import Learner, to_loss_batch
-from dreamer.agent.model import ObsSpec, build_agent, count_parameters
+from dreamer.agent.model import build_agent, count_parameters
+from dreamer.agent.obs import ObsSpec
 from dreamer.config import register_configs, validate
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ import torch
 from tensordict import TensorDict
 
 from dreamer.agent.learner import Learner
-from dreamer.agent.model import ObsSpec, build_agent
+from dreamer.agent.model import build_agent
+from dreamer.agent.obs import ObsSpec
 from replay.buffer import SequenceReplay
 from replay.prefetch import Prefetcher
 from replay.records import CONTEXT, ContextSpec

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.jobs import Job, run_jobs, stop_on_sigterm
 from benchmarks.learning import ROOT, random_return, reference_at
 
 
@@ -112,63 +111,10 @@ def run_commands(task: Task, seed: int, steps: int, run_dir: Path, overrides: li
     return [train, evaluate]
 
 
-class Job:
-    """One task x seed: train, then evaluate the final checkpoint; stdout and stderr to files."""
-
-    def __init__(self, task: Task, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
-        self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
-        self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
-        self.proc: subprocess.Popen | None = None
-        self.start: float | None = None  # when its first command started
-
-    def advance(self) -> bool:
-        """Starts the next command when the current one is done; True when all are done."""
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                return False
-            if self.proc.returncode != 0:
-                log = (self.run_dir / "stderr.log").read_text()[-3000:]
-                raise RuntimeError(f"{self.task.name} seed {self.seed} failed ({self.proc.returncode}):\n{log}")
-        if not self.commands:
-            return True
-        command = self.commands.pop(0)
-        print("+", " ".join(command[1:]), flush=True)
-        self.start = self.start or time.monotonic()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
-        with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
-            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err)
-        return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:  # Ctrl-C: the run checkpoints and stops
-            self.proc.terminate()
-            self.proc.wait()
-
-
-def stop_on_sigterm() -> None:
-    """SIGTERM (kill, a scheduler) ends the suite as Ctrl-C does: its running jobs are stopped, each
-    with a checkpoint a later suite resumes from, instead of training on as orphans."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-
-
-def run_jobs(jobs: list[Job], parallel: int) -> None:
-    pending, running = list(jobs), []
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                running.append(pending.pop(0))
-                running[-1].advance()
-            for job in list(running):
-                if job.advance():
-                    running.remove(job)
-                    result = read_run(job.run_dir)
-                    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over "
-                          f"{result['episodes']} episodes ({(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
-            time.sleep(1)
-    finally:
-        for job in running:
-            job.stop()
+def report_done(job: Job) -> None:
+    result = read_run(job.run_dir)
+    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over "
+          f"{result['episodes']} episodes ({(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
 
 
 def read_run(run_dir: Path) -> dict:
@@ -286,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         randoms[task.name] = mean
         print(f"uniform random policy on {task.name}: {num(mean)} +- {num(std)} over {args.random_episodes} episodes",
               flush=True)
-    run_jobs(jobs, args.parallel)
+    run_jobs(jobs, args.parallel, done=report_done)
     hours = (time.monotonic() - started) / 3600
     rows, curves = [], {}
     for task in tasks:

@@ -107,7 +107,8 @@ def _check_compatible(saved_env: dict, env) -> None:
 
 
 def evaluate_checkpoint(state: dict, config, out_dir: Path) -> EvalResult:
-    from dreamer.agent.model import ObsSpec, build_agent
+    from dreamer.agent.model import build_agent
+    from dreamer.agent.obs import ObsSpec
 
     env = config.env
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -82,7 +82,7 @@ TINY, XS = preset("tiny"), preset("xs")
 
 
 def _obs_specs():
-    from dreamer.agent.model import ObsSpec
+    from dreamer.agent.obs import ObsSpec
 
     return ObsSpec(), ObsSpec(pixels=None, vector_dim=5)
 

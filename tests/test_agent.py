@@ -10,7 +10,8 @@ from torch import nn
 from torchrl.modules import RSSMStateEstimatorV3
 
 from dreamer.agent.learner import Learner, resolve_flags, to_loss_batch
-from dreamer.agent.model import ObsSpec, build_agent, build_nets, count_parameters
+from dreamer.agent.model import build_agent, build_nets, count_parameters
+from dreamer.agent.obs import ObsSpec
 from dreamer.agent.policy import (
     DreamerPolicyFactory,
     build_acting_policy,

@@ -314,7 +314,8 @@ def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
 
     import psutil
 
-    script = ("import sys; from pathlib import Path; from benchmarks.suite import TASKS, Job, run_jobs, stop_on_sigterm\n"
+    script = ("import sys; from pathlib import Path; from benchmarks.suite import TASKS\n"
+              "from benchmarks.jobs import Job, run_jobs, stop_on_sigterm\n"
               "stop_on_sigterm()\n"
               f"job = Job(TASKS['CartPole-v1'], 0, [[sys.executable, '-c', 'import time; time.sleep(600)']], "
               f"Path({str(tmp_path)!r}), None)\n"

@@ -125,7 +125,8 @@ def _dreamer_learner(batch_rows: slice):
     from tensordict import TensorDict
 
     from dreamer.agent.learner import Learner
-    from dreamer.agent.model import ObsSpec, build_agent
+    from dreamer.agent.model import build_agent
+    from dreamer.agent.obs import ObsSpec
     from dreamer.config import register_configs, validate
     from replay.records import ContextSpec
 

@@ -3,7 +3,8 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from dreamer.agent.model import ObsSpec, build_agent
+from dreamer.agent.model import build_agent
+from dreamer.agent.obs import ObsSpec
 from dreamer.config import LearnerConfig
 from dreamer.run.evaluator import Evaluator, open_loop_frames
 from tests.helpers import TINY

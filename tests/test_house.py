@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-# "about 300 lines a module, about 150 a class" (docs/design.md); the margins are the "about"
-MODULE_LINES, CLASS_LINES = 330, 170
+# "about 300 lines a module, about 150 a class" (docs/design.md): modules at most 300, classes 170
+MODULE_LINES, CLASS_LINES = 300, 170
 APP_DIRS = ("patches", "replay", "collectors", "dreamer", "benchmarks")
 # which top-level packages each may import (a lower layer never imports a higher one)
 ALLOWED = {"patches": {"patches"}, "replay": {"replay", "patches"}, "collectors": {"collectors", "replay", "patches"},

@@ -7,7 +7,8 @@ from torchrl.modules import RSSMStateEstimatorV3
 from torchrl.modules.models import model_based
 
 from dreamer.agent.learner import Learner, to_loss_batch
-from dreamer.agent.model import ObsSpec, build_agent, build_nets, count_parameters
+from dreamer.agent.model import build_agent, build_nets, count_parameters
+from dreamer.agent.obs import ObsSpec
 from dreamer.config import LearnerConfig
 from replay.records import CONTEXT, ContextSpec, ReplayRecords
 from tests.helpers import TINY, preset

@@ -81,7 +81,7 @@ def test_records_from_a_real_collector_bytes_and_final_observation():
     from collectors.envs import env_factory
     from collectors.envs.dmc import task_dims
     from collectors.specs import bytes_per_transition, context_bytes
-    from dreamer.agent.model import ObsSpec
+    from dreamer.agent.obs import ObsSpec
     from dreamer.agent.policy import DreamerPolicyFactory, primer_factory
     from dreamer.config import WorldModelConfig
     from replay.records import ContextSpec, ReplayRecords

@@ -29,7 +29,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import RSSMStateEstimatorV3
 
 from dreamer.agent.actors import policy_distribution
-from dreamer.agent.model import ObsSpec, build_nets, config_dict, sizes
+from dreamer.agent.model import build_nets, config_dict
+from dreamer.agent.obs import ObsSpec, sizes
 
 CARRY_KEYS = ("state", "belief", "previous_action")
 NEXT_CARRY_KEYS = tuple(("next", k) for k in CARRY_KEYS)

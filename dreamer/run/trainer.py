@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from collectors.episodes import EpisodeTracker
 from collectors.specs import env_spec
 from dreamer.agent.learner import Learner
-from dreamer.agent.model import ObsSpec, build_agent
+from dreamer.agent.model import build_agent
+from dreamer.agent.obs import ObsSpec
 from dreamer.agent.policy import build_acting_policy
 from dreamer.config import Config
 from dreamer.config.placement import resolve_device

@@ -1,0 +1,75 @@
+"""Runs of a benchmark as jobs, a few at a time: each job a list of commands (train, then evaluate)
+with its output in files; Ctrl-C or SIGTERM stops the running ones, each with its checkpoint."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from benchmarks.suite import Task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Job:
+    """One task x seed: train, then evaluate the final checkpoint; stdout and stderr to files."""
+
+    def __init__(self, task: Task, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
+        self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
+        self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+        self.proc: subprocess.Popen | None = None
+        self.start: float | None = None  # when its first command started
+
+    def advance(self) -> bool:
+        """Starts the next command when the current one is done; True when all are done."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                return False
+            if self.proc.returncode != 0:
+                log = (self.run_dir / "stderr.log").read_text()[-3000:]
+                raise RuntimeError(f"{self.task.name} seed {self.seed} failed ({self.proc.returncode}):\n{log}")
+        if not self.commands:
+            return True
+        command = self.commands.pop(0)
+        print("+", " ".join(command[1:]), flush=True)
+        self.start = self.start or time.monotonic()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
+        with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:  # Ctrl-C: the run checkpoints and stops
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill, a scheduler) ends the suite as Ctrl-C does: its running jobs are stopped, each
+    with a checkpoint a later suite resumes from, instead of training on as orphans."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def run_jobs(jobs: list[Job], parallel: int, done: Callable[[Job], None] = lambda job: None) -> None:
+    """Runs the jobs `parallel` at a time, calling `done` as each finishes; on any exit (Ctrl-C,
+    SIGTERM via stop_on_sigterm, a failed job) the running ones are stopped."""
+    pending, running = list(jobs), []
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                running.append(pending.pop(0))
+                running[-1].advance()
+            for job in list(running):
+                if job.advance():
+                    running.remove(job)
+                    done(job)
+            time.sleep(1)
+    finally:
+        for job in running:
+            job.stop()
