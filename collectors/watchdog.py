@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Callable
 
 import psutil
 
@@ -27,17 +28,21 @@ class CollectorFault(RuntimeError):
 
 class ProcessWatchdog:
     def __init__(self, pids: list[int], poll_s: float = 0.5, heartbeats: list[tuple[str, str]] = (),
-                 env_timeout_s: float | None = None, unwind_grace_s: float = 30.0):
+                 env_timeout_s: float | None = None, unwind_grace_s: float = 30.0,
+                 cause: Callable[[], str | None] | None = None):
         """`heartbeats`: (file, name) of each env, e.g. ("/tmp/.../0", "env worker 0 (gym_X)"); an env in
         this process (the evaluation env) is named, not killed. `unwind_grace_s`: how long the main
         thread, interrupted inside guard(), may take to leave it before the process exits from here
-        (an env stuck in native code never lets the interrupt's Python handler run)."""
+        (an env stuck in native code never lets the interrupt's Python handler run). `cause`: a fault
+        the collector already knows (an env's error, after which it ends its workers itself); a
+        process exit it explains is declared as that fault, not as a death."""
         self.procs = [psutil.Process(pid) for pid in pids]
         self.heartbeats, self.env_timeout_s = list(heartbeats), env_timeout_s
         self.poll_s = poll_s
         self.fault: str | None = None
         self.interruptible = False  # the main thread is inside a collector call
         self.unwind_grace_s = unwind_grace_s
+        self.cause = cause
         self._stop = threading.Event()
         self._declaring = threading.Lock()
         self._main = threading.main_thread().ident
@@ -138,8 +143,9 @@ class ProcessWatchdog:
         with self._declaring:
             if self.fault is not None:
                 return
-            self.fault = (f"a collector process (pid {dead.pid}: an env worker or the inference server) "
-                          "died (killed, e.g. SIGKILL or the OOM killer, or crashed); collection cannot continue")
+            self.fault = (self.cause and self.cause()) or (
+                f"a collector process (pid {dead.pid}: an env worker or the inference server) "
+                "died (killed, e.g. SIGKILL or the OOM killer, or crashed); collection cannot continue")
         self.kill_all()  # the rest are useless now, and may wait on the dead one
 
 

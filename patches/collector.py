@@ -15,3 +15,10 @@ def replay_thread(collector) -> threading.Thread | None:
         raise RuntimeError("torchrl's AsyncBatchedCollector has no _replay_thread (torchrl 0.14.1 has): the "
                            "writer thread's faults would go unseen; check the pinned torchrl")
     return collector._replay_thread
+
+
+def replay_error(collector) -> BaseException | None:
+    """The error that stopped the collector's replay writer thread (None while it runs or after a
+    clean end). torchrl sets its shutdown event right after storing it, so the workers then exit:
+    their exits are a consequence, and this is the cause."""
+    return getattr(collector, "_replay_error", None) if hasattr(collector, "_replay_thread") else None

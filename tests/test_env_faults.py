@@ -13,7 +13,10 @@ from tests.helpers import processes_tagged
 
 SHORT = ("world_model=tiny", "collector.num_envs=2", "collector.transition_chunk_size=8", "replay.batch_size=2",
          "replay.batch_length=8", "learner.train_ratio=8", "learner.prefill_frames=40", "logger=none",
-         "env=gym", "eval.every=0")
+         "env=gym", "eval.every=0",
+         # a batch reaches replay every 16 transitions: with the collector's 4 result slots, some
+         # have whenever an env worker is at its step 60, however slow the other one is
+         "collector.frames_per_batch=16")
 
 
 def faulty_run(fault: str, run_dir, *extra: str):

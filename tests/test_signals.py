@@ -216,6 +216,26 @@ def test_an_error_from_a_collector_call_names_the_process_that_died():
         watchdog.stop()
 
 
+def test_a_process_exit_the_collector_explains_is_declared_as_its_cause():
+    """torchrl's replay writer, on an env's error, ends the workers itself: the watchdog, seeing them
+    gone, must report the env's fault (the cause), not a death (seen on a busy machine)."""
+    from collectors.watchdog import CollectorFault, ProcessWatchdog
+
+    cause = "env.nonfinite: nan in observation from env worker 0 (gym_X) at env step 60"
+    for known, expected in ((cause, "^env.nonfinite: nan in observation from env worker 0"), (None, "died")):
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        watchdog = ProcessWatchdog([child.pid], poll_s=0.05, cause=lambda: known).start()
+        try:
+            child.communicate(b"")  # the process ends
+            deadline = time.monotonic() + 60  # bounds a hang only
+            while watchdog.fault is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with pytest.raises(CollectorFault, match=expected):
+                watchdog.check()
+        finally:
+            watchdog.stop()
+
+
 @pytest.mark.slow
 def test_sigterm_during_compile_warm_up_stops_before_the_compile_ends():
     """torch.compile of the first update takes minutes on CPU; a stop request must not wait for it."""

@@ -77,7 +77,8 @@ def run(config: Config, stop: StopRequest | None = None) -> None:
     except CollectorFault as err:
         # The dead process may hold one of the collector's shared locks: any later cleanup of the
         # collector (even a generator's finaliser at interpreter exit) would wait on it forever.
-        _fail(run_dir, metrics, f"{err}; {last_good_checkpoint(run_dir, fix='fix the cause')}", hard=True)
+        fix = "fix the env" if fault_line(err) else "fix the cause"  # an env's fault that ended the workers
+        _fail(run_dir, metrics, f"{err}; {last_good_checkpoint(run_dir, fix=fix)}", hard=True)
     except RankLostError as err:  # the process group is broken: its teardown could wait on the lost rank
         _fail(run_dir, metrics, str(err), hard=True)
     except NonFiniteLossError as err:

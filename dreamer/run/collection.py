@@ -16,11 +16,12 @@ import torch
 
 from collectors.collector import build_collector
 from collectors.envs import env_factory
+from collectors.envs.guard import fault_line
 from collectors.watchdog import ProcessWatchdog, _cmdline
 from dreamer.agent.policy import DreamerPolicyFactory, primer_factory
 from dreamer.config import Config, placement
 from dreamer.config.placement import resolve_device
-from patches.collector import replay_thread
+from patches.collector import replay_error, replay_thread
 from patches.spawn import children_ignore_stop_signals
 from replay.records import ReplayRecords
 
@@ -75,7 +76,8 @@ class Collection:
         replay_thread(self.collector)  # check() reads it: fails now if torchrl no longer has it
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
-        self.watchdog = ProcessWatchdog(started, heartbeats=heartbeats, env_timeout_s=col.env_timeout_s).start()
+        self.watchdog = ProcessWatchdog(started, heartbeats=heartbeats, env_timeout_s=col.env_timeout_s,
+                                        cause=self.env_fault).start()
 
     def _env(self, index: int, heartbeat: str):
         cfg = self.config
@@ -115,6 +117,11 @@ class Collection:
         finally:
             if not held:
                 self.hold(False)
+
+    def env_fault(self) -> str | None:
+        """An env's fault that stopped torchrl's replay writer (it then ends the workers itself)."""
+        error = replay_error(self.collector)
+        return None if error is None else fault_line(error)
 
     def check(self) -> None:
         """Raises the fault of a worker, the server (the watchdog) or torchrl's replay writer thread."""
