@@ -11,6 +11,7 @@ from collectors.specs import env_key, env_spec
 from dreamer.agent.actors import DiscreteActorNet
 from dreamer.config import ConfigError, EnvConfig, check_task
 from patches.distributions import OneHotActions
+from tests.conftest import ROOT
 
 
 def env_cfg(**fields) -> dict:
@@ -233,7 +234,7 @@ def test_old_dmc_checkpoint_env_configs_have_a_spec():
     (dict(suite="crafter", task="reward", obs="proprio"), "env.obs", ["pixels only"]),
     (dict(suite="gym", id="CartPole-v1", obs="pixels", image_size=8), "env.image_size", [">= 16"]),
     (dict(suite="atari", actions="some"), "env.actions", ["minimal, all"]),
-    (dict(suite="mujoco"), "env.suite", ["dmc, gym, atari, atari100k, crafter"]),
+    (dict(suite="mujoco"), "env.suite", ["atari, atari100k, crafter, dmc, gym"]),
 ])
 def test_bad_env_input_names_the_key(fields, key, words):
     with pytest.raises(ConfigError) as err:
@@ -282,9 +283,20 @@ def test_replay_bytes_per_transition_per_suite():
     assert spec_bytes(env_spec(CRAFTER)) == 64 * 64 * 3 + 17 * 4 + 22 + 41  # + the achievements
 
 
-def test_a_new_suite_is_one_module_and_one_word_in_the_map(monkeypatch):
-    """docs/environments.md's worked example (tests/corridor_suite.py): with its entry in the one map,
-    the config, start-up check, spec, task name, placement and env factory all serve it."""
+def test_the_suites_are_the_modules_that_export_one(tmp_path):
+    from collectors.envs import suite as suites
+
+    assert suites.SUITE_MODULES == {"atari": "atari", "atari100k": "atari", "crafter": "crafter", "dmc": "dmc",
+                                    "gym": "gym"}
+    (tmp_path / "corridor.py").write_text((ROOT / "tests" / "corridor_suite.py").read_text())
+    (tmp_path / "helpers.py").write_text("SUITES = 1\n")  # no SUITE: not a suite
+    assert suites.discover(tmp_path) == {"corridor": "corridor"}
+
+
+def test_a_new_suite_is_one_module_and_one_yaml(monkeypatch):
+    """docs/environments.md's worked example (tests/corridor_suite.py): once its module is found (in
+    collectors/envs/ by its SUITE; here in tests/), the config, start-up check, spec, task name,
+    placement and env factory all serve it."""
     from collectors.envs import suite as suites
     from dreamer.config import placement
 

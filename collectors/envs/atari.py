@@ -109,4 +109,5 @@ def check(cfg: dict) -> None:
         raise ValueError(f"env.task: unknown Atari game {cfg['task']!r}; ale-py ships: {', '.join(games())}")
 
 
-SUITE = gymnasium_suite(make_gymnasium, ("pixels",), check=check)  # serves env.suite atari and atari100k
+SUITE_NAMES = ("atari", "atari100k")  # env.suite values this module serves
+SUITE = gymnasium_suite(make_gymnasium, ("pixels",), check=check)

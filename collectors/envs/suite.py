@@ -1,19 +1,36 @@
-"""The env suites: one module each in collectors/envs/, each exporting `SUITE`, and the one map of
-them. Every other module asks `suite(name)`; adding a suite is one module, one word in
-`SUITE_MODULES` and one yaml in conf/env/ (docs/environments.md shows a worked example).
+"""The env suites: one module each in collectors/envs/, each exporting `SUITE`, found by that name
+(`SUITE_MODULES`, read from the files without importing them). Every other module asks
+`suite(name)`; adding a suite is one module and one yaml in conf/env/ (docs/environments.md shows
+a worked example). A module that serves several `env.suite` values lists them in `SUITE_NAMES`.
 
 A suite module's top level stays torch-free (start-up checks and `env_spec` run before torch
 loads): it imports torchrl inside `make`.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
-# env.suite values -> the module in collectors/envs/ that serves them (or a dotted module path)
-SUITE_MODULES = {"dmc": "dmc", "gym": "gym", "atari": "atari", "atari100k": "atari", "crafter": "crafter"}
+
+def discover(directory: Path) -> dict[str, str]:
+    """env.suite values -> module name, for every module in `directory` that assigns `SUITE` at its
+    top level: its own name, or the names its `SUITE_NAMES` tuple lists."""
+    found = {}
+    for path in sorted(directory.glob("*.py")):
+        top = {target.id: node.value for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+               for target in node.targets if isinstance(target, ast.Name)}
+        if "SUITE" in top:
+            names = ast.literal_eval(top["SUITE_NAMES"]) if "SUITE_NAMES" in top else (path.stem,)
+            found.update({name: path.stem for name in names})
+    return found
+
+
+# env.suite values -> the module in collectors/envs/ that serves them (a test may add a dotted path)
+SUITE_MODULES = discover(Path(__file__).parent)
 
 
 def _no_check(cfg: dict) -> None:
