@@ -167,7 +167,8 @@ FAIL_FAST = [
     ("collector.bogus=1", "collector.bogus", "valid keys in collector: num_envs, frames_per_batch"),
     ("bogus=1", "bogus", "valid keys in the top level: env, collector"),
     ("seed.x=1", "seed.x", "seed is a value"),
-    ("collector.num_envs=two", "collector.num_envs", "two"),
+    ("collector.num_envs=two", "collector.num_envs", "could not be converted to Integer"),
+    ("learner.lr=1e-4,fast", "learner.lr", "'fast' of type 'str' could not be converted to Float"),
     ("env=dmc_nonexistent", "env", "dmc_walker_walk"),  # Hydra lists the group's presets
     ("env.domain=nope", "env.domain", "walker"),
     ("env.task=nope", "env.task", "walk"),
@@ -189,7 +190,7 @@ FAIL_FAST = [
 def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
     proc = train(override, timeout=60)  # the limit bounds a hang: about a second on an idle machine
     message = proc.stderr + proc.stdout
-    assert proc.returncode != 0, message[-2000:]
+    assert proc.returncode == 2, message[-2000:]  # the app's exit status for a config error
     assert key in message and allowed in message, message[-2000:]
     assert "Traceback" not in message
     assert "training " not in proc.stdout and "learner:" not in proc.stdout  # before anything was built

@@ -57,7 +57,7 @@ def test_compare_prints_both_curves_at_matching_budgets(tmp_path):
     assert cli.returncode == 0 and "| 200,000 | 300.0 |" in cli.stdout, cli.stderr
     missing = subprocess.run([sys.executable, "-m", "dreamer.report", "compare", str(run), str(tmp_path / "x.json")],
                              cwd=ROOT, capture_output=True, text=True)
-    assert missing.returncode != 0 and "error:" in missing.stderr
+    assert missing.returncode == 1 and "error:" in missing.stderr
 
 
 def test_an_atari100k_run_compares_with_the_official_atari100k_file_naming_it_atari_game(tmp_path):

@@ -47,7 +47,7 @@ def test_two_value_sweep_writes_run_dirs_and_a_summary(tmp_path):
 def test_report_cli_rebuilds_the_summary_and_rejects_an_empty_dir(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "dreamer.report", str(tmp_path)], cwd=ROOT,
                            capture_output=True, text=True)
-    assert empty.returncode != 0 and "no job with a metrics.jsonl" in empty.stderr
+    assert empty.returncode == 1 and "no job with a metrics.jsonl" in empty.stderr
     for job, rate in (("0", 10.0), ("1", 20.0)):
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra" / "overrides.yaml").write_text(f"- collector.transition_chunk_size={job}\n- seed=3\n")

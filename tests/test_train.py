@@ -102,7 +102,7 @@ def test_evaluate_rejects_an_env_the_model_cannot_read(first_run):
     proc, run_dir, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = run_evaluate(f"checkpoint={run_dir / 'checkpoints'}", "env=dmc_walker_walk", timeout=120)
-    assert out.returncode != 0 and "env.obs" in out.stderr
+    assert out.returncode == 1 and "env.obs" in out.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -115,7 +115,7 @@ def test_evaluate_fails_clearly_on_bad_checkpoints_and_arguments(tmp_path, args,
     truncated = tmp_path / "step_000000000100.pt"
     truncated.write_bytes(b"PK\x03\x04" + b"\0" * 100)  # a zip header, then nothing
     out = run_evaluate(*[a.format(truncated=truncated) for a in args], timeout=120)
-    assert out.returncode != 0 and message in out.stderr, out.stderr
+    assert out.returncode == 1 and message in out.stderr, out.stderr
 
 
 @pytest.mark.slow

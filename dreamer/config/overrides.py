@@ -52,3 +52,29 @@ def check_override_keys(args: list[str]) -> None:
                    f"unknown key; valid keys in {'.'.join(path) or 'the top level'}: {', '.join(names)}")
             path.append(part)
             node = hints[part] if dataclasses.is_dataclass(hints[part]) else None
+        if node is None:
+            check_value_type(key, arg)
+
+
+def check_value_type(key: str, arg: str) -> None:
+    """A value of the key's type (Hydra's own error for `collector.num_envs=two` is six lines and a
+    hint about HYDRA_FULL_ERROR); each value of a sweep (`a=1,2,3`) too. Interpolations are Hydra's."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if "${" in arg:
+        return
+    try:
+        parsed = OverridesParser.create().parse_override(arg)
+    except Exception:  # Hydra's grammar: its own error says where
+        return
+    value = parsed.value()
+    values = value.list if isinstance(value, ChoiceSweep) else [] if parsed.is_sweep_override() else [value]
+    schema = OmegaConf.structured(Config)
+    for one in values:
+        try:
+            OmegaConf.update(schema, key, one, merge=True)
+        except OmegaConfBaseException as err:
+            _check(False, key, str(err).splitlines()[0])
