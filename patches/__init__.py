@@ -28,7 +28,7 @@ PATCHES = (  # overrides of internals: all in this package
     Patch("patches/storage.py", "the storages' _len, _storage, _last_cursor and the writers' _cursor/_write_count",
           "torchrl", "0.14.1"),
     Patch("patches/dmc.py", "DMControlWrapper._check_kwargs", "torchrl", "0.14.1"),
-    Patch("patches/collector.py", "AsyncBatchedCollector._replay_thread (the writer's fault check)", "torchrl",
+    Patch("patches/collector.py", "AsyncBatchedCollector._replay_thread and _replay_error (the writer's faults)", "torchrl",
           "0.14.1"),
     Patch("patches/distributions.py", "OneHotCategorical.mode and sample (OneHotActions)", "torchrl", "0.14.1"),
     Patch("patches/absent_modules.py", "TensorDict.from_any's pandas lookup (sys.modules)", "tensordict",

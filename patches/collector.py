@@ -21,4 +21,7 @@ def replay_error(collector) -> BaseException | None:
     """The error that stopped the collector's replay writer thread (None while it runs or after a
     clean end). torchrl sets its shutdown event right after storing it, so the workers then exit:
     their exits are a consequence, and this is the cause."""
-    return getattr(collector, "_replay_error", None) if hasattr(collector, "_replay_thread") else None
+    if not hasattr(collector, "_replay_error"):
+        raise RuntimeError("torchrl's AsyncBatchedCollector has no _replay_error (torchrl 0.14.1 has): an env's "
+                           "fault would be reported as a process death; check the pinned torchrl")
+    return collector._replay_error

@@ -154,3 +154,17 @@ def test_every_module_in_patches_is_listed_with_its_versions():
     listed = {p.where for p in patches.PATCHES}
     modules = {f"patches/{p.name}" for p in (Path(__file__).resolve().parents[1] / "patches").glob("*.py")}
     assert modules - {"patches/__init__.py"} <= listed, sorted(modules - listed - {"patches/__init__.py"})
+
+
+def test_the_collectors_writer_state_is_read_loudly():
+    """patches/collector.py: torchrl's collector keeps its replay writer's thread and error in private
+    attributes; a torchrl without them fails at start-up naming them, never a silent None."""
+    from torchrl.collectors import AsyncBatchedCollector
+
+    from patches.collector import replay_error, replay_thread
+
+    for read, name in ((replay_thread, "_replay_thread"), (replay_error, "_replay_error")):
+        with pytest.raises(RuntimeError, match=f"has no {name}"):
+            read(object())
+        assert f"self.{name}" in inspect.getsource(AsyncBatchedCollector.__init__), canary(
+            f"no longer sets {name}", "patches/collector.py")

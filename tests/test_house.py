@@ -18,7 +18,7 @@ ALLOWED = {"patches": {"patches"}, "replay": {"replay", "patches"}, "collectors"
 DREAMER_LAYERS = ("io", "config", "agent", "run")  # low to high; dreamer/*.py are entry points above them
 # torchrl/tensordict internals the app touches: named only in patches/ (patches/__init__.py lists them)
 INTERNALS = ("_rbs", "_writer", "_cursor", "_write_count", "_storage", "_last_cursor", "_set_last_cursor",
-             "_replay_thread", "_check_kwargs", "_fused_fn", "_step_fn", "_sampler", "_batch_size", "spawnv_passfds")
+             "_replay_thread", "_replay_error", "_check_kwargs", "_fused_fn", "_step_fn", "_sampler", "_batch_size", "spawnv_passfds")
 
 
 def app_modules() -> list[Path]:

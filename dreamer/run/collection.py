@@ -73,7 +73,7 @@ class Collection:
         before = {p.pid for p in psutil.Process().children()}
         with children_ignore_stop_signals():  # the server and workers start here
             self.collector.start()
-        replay_thread(self.collector)  # check() reads it: fails now if torchrl no longer has it
+        replay_thread(self.collector), replay_error(self.collector)  # read later: fail now if torchrl lacks them
         started = [p.pid for p in psutil.Process().children() if p.pid not in before
                    and "resource_tracker" not in " ".join(_cmdline(p))]
         self.watchdog = ProcessWatchdog(started, heartbeats=heartbeats, env_timeout_s=col.env_timeout_s,
