@@ -81,8 +81,9 @@ def test_a_train_run_with_regional_compile_says_so_and_trains(tmp_path):
 
 
 def test_the_compile_cache_defaults_to_the_apps_directory(tmp_path):
-    """Without TORCHINDUCTOR_CACHE_DIR the cache is ~/.cache/dreamer-app/inductor, as documented,
-    also after torch._dynamo's import (which sets the variable to torch's /tmp default when unset)."""
+    """Without TORCHINDUCTOR_CACHE_DIR the cache is ~/.cache/dreamer-app/inductor, as documented, in a
+    process set up as the entry points do (dreamer.runtime.setup()), also after torch._dynamo's import
+    (which sets the variable to torch's /tmp default when unset)."""
     import os
     import subprocess
     import sys
@@ -90,8 +91,8 @@ def test_the_compile_cache_defaults_to_the_apps_directory(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["HOME"] = str(tmp_path)
-    code = ("from patches.regional import compile_cache_dir\nimport torch._dynamo, torchrl\n"
-            "print(compile_cache_dir())")
+    code = ("from dreamer.runtime import setup\nsetup()\nfrom patches.regional import compile_cache_dir\n"
+            "import torch._dynamo, torchrl\nprint(compile_cache_dir())")
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
