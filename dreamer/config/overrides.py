@@ -32,6 +32,7 @@ def check_group_choice(group: str, value: str) -> None:
 def check_override_keys(args: list[str]) -> None:
     """Command-line overrides name existing keys and presets; the error lists the valid ones (Hydra's
     does not, and skips a mistyped experiment)."""
+    schema = None  # the structured config, built once when a value's type is to be checked
     for arg in args:
         key, sep, value = arg.partition("=")
         group = key.lstrip("+")
@@ -53,28 +54,30 @@ def check_override_keys(args: list[str]) -> None:
             path.append(part)
             node = hints[part] if dataclasses.is_dataclass(hints[part]) else None
         if node is None:
-            check_value_type(key, arg)
+            schema = check_value_type(key, arg, schema)
 
 
-def check_value_type(key: str, arg: str) -> None:
+def check_value_type(key: str, arg: str, schema=None):
     """A value of the key's type (Hydra's own error for `collector.num_envs=two` is six lines and a
-    hint about HYDRA_FULL_ERROR); each value of a sweep (`a=1,2,3`) too. Interpolations are Hydra's."""
+    hint about HYDRA_FULL_ERROR); each value of a sweep (`a=1,2,3`) too; interpolations are Hydra's.
+    Returns the structured config it checked against, for the next key."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     if "${" in arg:
-        return
+        return schema
     try:
         parsed = OverridesParser.create().parse_override(arg)
     except Exception:  # Hydra's grammar: its own error says where
-        return
+        return schema
     value = parsed.value()
     values = value.list if isinstance(value, ChoiceSweep) else [] if parsed.is_sweep_override() else [value]
-    schema = OmegaConf.structured(Config)
+    schema = OmegaConf.structured(Config) if schema is None else schema
     for one in values:
         try:
             OmegaConf.update(schema, key, one, merge=True)
         except OmegaConfBaseException as err:
             _check(False, key, str(err).splitlines()[0])
+    return schema
