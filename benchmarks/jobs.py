@@ -24,6 +24,7 @@ class Job:
         self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
         self.proc: subprocess.Popen | None = None
         self.start: float | None = None  # when its first command started
+        self.cpus: list[int] | None = None  # the cores its commands run on (run_jobs pins them), else any
 
     def advance(self) -> bool:
         """Starts the next command when the current one is done; True when all are done."""
@@ -41,7 +42,8 @@ class Job:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
         with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
-            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err)
+            pin = (lambda cpus=self.cpus: os.sched_setaffinity(0, cpus)) if self.cpus else None
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err, preexec_fn=pin)
         return False
 
     def stop(self) -> None:
@@ -56,18 +58,31 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
-def run_jobs(jobs: list[Job], parallel: int, done: Callable[[Job], None] = lambda job: None) -> None:
-    """Runs the jobs `parallel` at a time, calling `done` as each finishes; on any exit (Ctrl-C,
-    SIGTERM via stop_on_sigterm, a failed job) the running ones are stopped."""
+def core_slots(parallel: int) -> list[list[int]] | None:
+    """The cores split into `parallel` disjoint sets, one per running job; None when there are fewer
+    cores than jobs. A run's learner, inference server and env workers then share its cores instead
+    of migrating between all of them beside the other runs' processes."""
+    cores = sorted(os.sched_getaffinity(0))
+    return [cores[i::parallel] for i in range(parallel)] if parallel <= len(cores) else None
+
+
+def run_jobs(jobs: list[Job], parallel: int, done: Callable[[Job], None] = lambda job: None,
+             pin: bool = False) -> None:
+    """Runs the jobs `parallel` at a time, calling `done` as each finishes; with `pin`, each on its
+    own cores (core_slots) where there are enough. On any exit (Ctrl-C, SIGTERM via stop_on_sigterm,
+    a failed job) the running ones are stopped."""
     pending, running = list(jobs), []
+    free = (core_slots(parallel) if pin else None) or [None] * parallel
     try:
         while pending or running:
             while pending and len(running) < parallel:
                 running.append(pending.pop(0))
+                running[-1].cpus = free.pop()
                 running[-1].advance()
             for job in list(running):
                 if job.advance():
                     running.remove(job)
+                    free.append(job.cpus)
                     done(job)
             time.sleep(1)
     finally:

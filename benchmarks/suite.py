@@ -1,11 +1,12 @@
 """The development suite: one configuration (experiment=cpu) over several domains, as DreamerV3 is measured.
 
-    python -m benchmarks.suite [--tasks CartPole-v1,walker_walk,...] [--seeds 0,1,2] [--parallel 3]
+    python -m benchmarks.suite [--tasks CartPole-v1,walker_walk,...] [--seeds 0,1,2] [--parallel 2]
                                [--steps N] [--eval-episodes 10] [--random-episodes 10] [--out DIR]
                                [overrides ...]
 
 Trains `python train.py experiment=cpu <the task's env> collector.total_frames=<its budget>` per task
-and seed, --parallel runs at a time (each with cores/parallel intra-op threads), then evaluates each
+and seed, --parallel runs at a time (each pinned to cores/parallel cores, with as many intra-op threads,
+where there are enough cores; otherwise unpinned), then evaluates each
 run's final checkpoint over --eval-episodes episodes (`python -m dreamer.evaluate`: the policy's mode).
 Prints one table: per task the uniform-random policy's return (measured here), our median and range
 over seeds, the reference at the same env frames (DMC: the official DreamerV3 score files'
@@ -199,7 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", default=",".join(t.name for t in TASKS.values() if t.default),
                         help=f"comma-separated, of: {', '.join(TASKS)}")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--parallel", type=int, default=3, help="runs at once (3 on 2 cores: ~1.3x the updates of 2)")
+    parser.add_argument("--parallel", type=int, default=2,
+                        help="runs at once, each on its own cores (on 2 cores, 2 pinned runs made 1.2x the updates of "
+                             "3 unpinned: docs/benchmarks.md)")
     parser.add_argument("--steps", type=int, default=None, help="replaces every task's budget (agent steps)")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--random-episodes", type=int, default=10)
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         randoms[task.name] = mean
         print(f"uniform random policy on {task.name}: {num(mean)} +- {num(std)} over {args.random_episodes} episodes",
               flush=True)
-    run_jobs(jobs, args.parallel, done=report_done)
+    run_jobs(jobs, args.parallel, done=report_done, pin=True)
     hours = (time.monotonic() - started) / 3600
     rows, curves = [], {}
     for task in tasks:

@@ -307,6 +307,27 @@ def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_pa
     assert resumed == fresh + [f"resume={tmp_path / 'checkpoints'}"]
 
 
+def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path):
+    import os
+
+    from benchmarks.jobs import Job, core_slots, run_jobs
+    from benchmarks.suite import TASKS
+
+    cores = sorted(os.sched_getaffinity(0))
+    assert core_slots(len(cores) + 1) is None  # more runs than cores: not pinned
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to split")
+    show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    jobs = [Job(TASKS["CartPole-v1"], seed, [show, show], tmp_path / f"seed{seed}", None) for seed in range(3)]
+    run_jobs(jobs, 2, pin=True)
+    seen = [[json.loads(line) for line in (tmp_path / f"seed{seed}" / "stdout.log").read_text().splitlines()]
+            for seed in range(3)]
+    assert all(train == evaluate for train, evaluate in seen)  # a job's commands keep its cores
+    first, second, third = (cpus for cpus, _ in seen)
+    assert not set(first) & set(second) and sorted(first + second) == cores
+    assert third in (first, second)  # the third job runs on the cores of the one that finished
+
+
 def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
     """SIGTERM to the suite reaches its jobs (each checkpoints and stops): none is left training."""
     import signal
