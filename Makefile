@@ -54,7 +54,7 @@ bench-learner: install   # CPU paths (eager vs regional, cold/warm cache; the of
 bench-learning: install   # 3 seeds side by side: 41 min on 2 cores (measured; 48-53 before MKL's AVX-512 fix)
 	$(PY) -m benchmarks.learning --parallel 3 $(ARGS)
 
-bench-suite: install      # experiment=cpu on 7 tasks x 3 seeds, 3 runs at a time (README, Results)
+bench-suite: install      # experiment=cpu on 7 tasks x 3 seeds, 2 runs at a time, one per core (README, Results)
 	$(PY) -m benchmarks.suite $(ARGS)
 
 bench-replay: install     # replay in RAM vs on disk: sampling, checkpoint cost vs replay size, RSS

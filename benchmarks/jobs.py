@@ -37,7 +37,8 @@ class Job:
         if not self.commands:
             return True
         command = self.commands.pop(0)
-        print("+", " ".join(command[1:]), flush=True)
+        print("+", " ".join(command[1:]), *([f"(on cores {','.join(map(str, self.cpus))})"] if self.cpus else []),
+              flush=True)
         self.start = self.start or time.monotonic()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child

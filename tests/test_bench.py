@@ -307,7 +307,7 @@ def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_pa
     assert resumed == fresh + [f"resume={tmp_path / 'checkpoints'}"]
 
 
-def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path):
+def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys):
     import os
 
     from benchmarks.jobs import Job, core_slots, run_jobs
@@ -320,6 +320,7 @@ def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path):
     show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
     jobs = [Job(TASKS["CartPole-v1"], seed, [show, show], tmp_path / f"seed{seed}", None) for seed in range(3)]
     run_jobs(jobs, 2, pin=True)
+    assert capsys.readouterr().out.count(f"(on cores {','.join(map(str, jobs[0].cpus))})") >= 2
     seen = [[json.loads(line) for line in (tmp_path / f"seed{seed}" / "stdout.log").read_text().splitlines()]
             for seed in range(3)]
     assert all(train == evaluate for train, evaluate in seen)  # a job's commands keep its cores
