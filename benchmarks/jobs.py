@@ -21,7 +21,7 @@ class Job:
 
     def __init__(self, task: Task, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
         self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
-        self.env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+        self.threads = threads  # intra-op threads when not pinned (None: torch's default)
         self.proc: subprocess.Popen | None = None
         self.start: float | None = None  # when its first command started
         self.cpus: list[int] | None = None  # the cores its commands run on (run_jobs pins them), else any
@@ -44,8 +44,15 @@ class Job:
         # files, not pipes: a pipe nobody reads while other runs go on could fill and block the child
         with open(self.run_dir / "stdout.log", "a") as out, open(self.run_dir / "stderr.log", "a") as err:
             pin = (lambda cpus=self.cpus: os.sched_setaffinity(0, cpus)) if self.cpus else None
-            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=err, preexec_fn=pin)
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=self.environment(), stdout=out, stderr=err,
+                                         preexec_fn=pin)
         return False
+
+    def environment(self) -> dict[str, str]:
+        """os.environ with OMP_NUM_THREADS: as many as the job's own cores when pinned (not the machine's
+        CPU count, which a cpuset container's affinity may be narrower than), else `threads`."""
+        threads = len(self.cpus) if self.cpus else self.threads
+        return dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:  # Ctrl-C: the run checkpoints and stops

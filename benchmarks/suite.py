@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     tasks, seeds = [TASKS[t] for t in args.tasks.split(",")], [int(s) for s in args.seeds.split(",")]
     out = args.out or ROOT / "outputs" / f"suite-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // args.parallel) if args.parallel > 1 else None
+    # intra-op threads of a run that is not pinned (more runs than cores): the cores shared out
+    threads = max(1, len(os.sched_getaffinity(0)) // args.parallel) if args.parallel > 1 else None
     started = time.monotonic()
     jobs = []
     for seed in seeds:  # seed-major: a cut-short suite has every task at some seed

@@ -329,6 +329,27 @@ def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys
     assert third in (first, second)  # the third job runs on the cores of the one that finished
 
 
+def test_a_pinned_job_gets_as_many_threads_as_its_own_cores(tmp_path):
+    """Intra-op threads follow the job's cores, not the machine's CPU count: here the suite may use
+    one core of a larger machine (as in a cpuset container), so its one job gets one thread."""
+    import os
+
+    from benchmarks.jobs import Job, run_jobs
+    from benchmarks.suite import TASKS
+
+    show = [sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"]
+    cores = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, [min(cores)])  # the jobs inherit the narrower set
+        job = Job(TASKS["CartPole-v1"], 0, [show], tmp_path, threads=None)
+        run_jobs([job], 1, pin=True)
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert (tmp_path / "stdout.log").read_text().split() == ["1", "1"]
+    unpinned = Job(TASKS["CartPole-v1"], 1, [show], tmp_path / "unpinned", threads=3)
+    assert unpinned.environment()["OMP_NUM_THREADS"] == "3"  # more runs than cores: the suite's share
+
+
 def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
     """SIGTERM to the suite reaches its jobs (each checkpoints and stops): none is left training."""
     import signal
