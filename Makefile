@@ -33,8 +33,10 @@ sweep: install
 eval: install
 	$(PY) -m dreamer.evaluate checkpoint=$(CKPT) $(ARGS)
 
+# two pytest workers (pytest-xdist), each test file on one (its module fixtures run once): most tests
+# wait on train.py subprocesses, so two overlap on 2 cores; PYTEST_ARGS="-n 0" runs them in one process
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-fast: install
 	$(PY) -m pytest -m "not slow and not compile" $(PYTEST_ARGS)
