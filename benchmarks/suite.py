@@ -49,7 +49,8 @@ TASKS = {t.name: t for t in (
     Task("Pendulum-v1", ("env=gym", "env.id=Pendulum-v1"), 12_000, -196.0,
          "RL Zoo's TD3, trained 20,000 steps (huggingface.co/sb3/td3-Pendulum-v1: -196 +- 119; its SAC "
          "-176); Gymnasium registers no threshold"),
-    Task("MiniGrid-Empty-5x5-v0", ("env=minigrid", "env.id=MiniGrid-Empty-5x5-v0"), 8_000, 0.955,
+    # 16,000: at 8,000 two of four seeds' final policies still missed the goal (docs/benchmarks.md)
+    Task("MiniGrid-Empty-5x5-v0", ("env=minigrid", "env.id=MiniGrid-Empty-5x5-v0"), 16_000, 0.955,
          "the optimal return, 1 - 0.9 x 5 / 100: the goal is 5 steps from the start"),
     # Not in the default list: its reward (reaching the goal, 25% of random episodes) came ~5 times
     # in 8,000 steps and the final policy stayed uniform (README, Results)
