@@ -7,14 +7,17 @@
 Trains `python train.py experiment=cpu <the task's env> collector.total_frames=<its budget>` per task
 and seed, --parallel runs at a time (each pinned to cores/parallel cores, with as many intra-op threads,
 where there are enough cores; otherwise unpinned), then evaluates each
-run's final checkpoint over --eval-episodes episodes (`python -m dreamer.evaluate`: the policy's mode).
-Prints one table: per task the uniform-random policy's return (measured here), our median and range
-over seeds, the reference at the same env frames (DMC: the official DreamerV3 score files'
-median, benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return and its source), the
-normalised score (ours - random) / (reference - random), and the minutes each task took. Curves go
-to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluation is already in --out is
-not trained again, and one with checkpoints but no final evaluation resumes from the newest (an
-interrupted suite picks up where it stopped). --steps replaces every budget
+run's final checkpoint over --eval-episodes episodes (`python -m dreamer.evaluate`) twice: with the
+policy's mode, and with sampled actions as the official agent acts in evaluation (its score files are
+training episodes). Prints one table: per task the uniform-random policy's return (measured here), our
+median and range over seeds (mode), the reference at the same env frames (DMC: the official
+DreamerV3 score files' median, benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return
+and its source), the normalised score (ours - random) / (reference - random), the same for sampled
+actions, and the minutes each task took. Curves go
+to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluations are already in --out is
+not trained again (one evaluated only with the mode gets its sampled evaluation), and one with
+checkpoints but no final evaluation resumes from the newest (an interrupted suite picks up where it
+stopped). --steps replaces every budget
 (a smoke test); overrides go to every train.py run.
 """
 from __future__ import annotations
@@ -102,62 +105,77 @@ def normalised(ours: float, random: float, ref: float) -> float:
     return (ours - random) / (ref - random)
 
 
+FINAL, SAMPLED = "final_eval", "final_eval_sampled"  # the final checkpoint's evaluations: mode, sampled
+
+
 def run_commands(task: Task, seed: int, steps: int, run_dir: Path, overrides: list[str],
                  eval_episodes: int) -> list[list[str]]:
+    """What the run still needs: train (from its newest checkpoint if it has one) and evaluate with
+    the policy's mode, then evaluate with sampled actions; what an earlier suite finished is left out."""
     train = [sys.executable, "train.py", "experiment=cpu", *task.env, f"collector.total_frames={steps}",
              f"seed={seed}", "logger.mode=offline", f"hydra.run.dir={run_dir}", *overrides]
     if any((run_dir / "checkpoints").glob("*.pt")):  # an interrupted run continues from its newest checkpoint
         train.append(f"resume={run_dir / 'checkpoints'}")
-    evaluate = [sys.executable, "-m", "dreamer.evaluate", f"checkpoint={run_dir / 'checkpoints'}",
-                f"eval.episodes={eval_episodes}", "eval.video=false", f"out={run_dir / 'final_eval'}"]
-    return [train, evaluate]
+
+    def evaluate(out: str, sample: bool) -> list[str]:
+        return [sys.executable, "-m", "dreamer.evaluate", f"checkpoint={run_dir / 'checkpoints'}",
+                f"eval.episodes={eval_episodes}", "eval.video=false", f"eval.sample_actions={str(sample).lower()}",
+                f"out={run_dir / out}"]
+
+    commands = [] if (run_dir / FINAL / "eval.json").exists() else [train, evaluate(FINAL, False)]
+    return commands + ([] if (run_dir / SAMPLED / "eval.json").exists() else [evaluate(SAMPLED, True)])
 
 
 def report_done(job: Job) -> None:
     result = read_run(job.run_dir)
-    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over "
-          f"{result['episodes']} episodes ({(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
+    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over {result['episodes']} episodes "
+          f"(sampled actions: {num(result['sampled'])}; {(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
 
 
 def read_run(run_dir: Path) -> dict:
-    """The final checkpoint's evaluation and the run's eval curve."""
-    final = json.loads((run_dir / "final_eval" / "eval.json").read_text())
+    """The final checkpoint's evaluations (mode, sampled actions) and the run's eval curve."""
+    final, sampled = (json.loads((run_dir / out / "eval.json").read_text()) for out in (FINAL, SAMPLED))
     records = json.loads((run_dir / "scores.json").read_text())
     curve = next(r for r in records if r["split"] == "eval")
-    return {"final": final["mean"], "episodes": len(final["returns"]), "xs": curve["xs"], "ys": curve["ys"]}
+    return {"final": final["mean"], "sampled": sampled["mean"], "episodes": len(final["returns"]),
+            "xs": curve["xs"], "ys": curve["ys"]}
 
 
-def summarise(task: Task, frames: int, finals: list[float], random: float, minutes: float) -> dict:
+def summarise(task: Task, frames: int, finals: list[float], sampled: list[float], random: float,
+              minutes: float) -> dict:
     ref = reference(task, frames)
     median = statistics.median(finals)
     row = {"task": task.name, "frames": frames, "random": random, "finals": finals, "median": median,
-           "min": min(finals), "max": max(finals), "reference": ref, "minutes": minutes}
+           "min": min(finals), "max": max(finals), "sampled_finals": sampled,
+           "sampled_median": statistics.median(sampled), "reference": ref, "minutes": minutes}
     if ref is not None:
         row["normalised"] = normalised(median, random, ref["value"])
         row["normalised_min"] = normalised(min(finals), random, ref["value"])
         row["normalised_max"] = normalised(max(finals), random, ref["value"])
+        row["normalised_sampled"] = normalised(row["sampled_median"], random, ref["value"])
     return row
 
 
 def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float) -> str:
     lines = [f"experiment=cpu, {seeds} seed(s); ours: the final checkpoint's mean return over {eval_episodes} "
-             "episodes, the median (min-max) over seeds; normalised = (ours - random) / (reference - random)",
+             "episodes with the policy's mode, the median (min-max) over seeds; normalised = (ours - random) / "
+             "(reference - random); sampled actions: the same checkpoints acting as the official agent does",
              "",
              "| task | env frames | random policy | ours: median (min-max) | reference | normalised: median (min-max) "
-             "| run minutes (sum over seeds) |",
-             "|---|---|---|---|---|---|---|"]
+             "| sampled actions: median (normalised) | run minutes (sum over seeds) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ref = r["reference"]
-        norm = (f"**{r['normalised']:.2f}** ({r['normalised_min']:.2f} to {r['normalised_max']:.2f})"
-                if ref else "-")
+        norm = f"**{r['normalised']:.2f}** ({r['normalised_min']:.2f} to {r['normalised_max']:.2f})" if ref else "-"
+        sampled = num(r["sampled_median"]) + (f" ({r['normalised_sampled']:.2f})" if ref else "")
         lines.append(f"| {r['task']} | {r['frames']:,} | {num(r['random'])} | {num(r['median'])} "
-                     f"({num(r['min'])} to {num(r['max'])}) | {num(ref['value'])} | {norm} | {r['minutes']:.0f} |"
-                     if ref else f"| {r['task']} | {r['frames']:,} | {num(r['random'])} | {num(r['median'])} | - | - "
+                     f"({num(r['min'])} to {num(r['max'])}) | {num(ref['value']) if ref else '-'} | {norm} | {sampled} "
                      f"| {r['minutes']:.0f} |")
-    scored = [r["normalised"] for r in rows if "normalised" in r]
+    scored = [r for r in rows if "normalised" in r]
     if scored:
-        lines.append(f"\nmedian normalised score over {len(scored)} tasks: {statistics.median(scored):.2f}; "
-                     f"wall time {hours:.2f} h")
+        lines.append(f"\nmedian normalised score over {len(scored)} tasks: "
+                     f"{statistics.median(r['normalised'] for r in scored):.2f} (sampled actions: "
+                     f"{statistics.median(r['normalised_sampled'] for r in scored):.2f}); wall time {hours:.2f} h")
     lines.append("\nreferences:")
     lines += [f"  {r['task']}: {r['reference']['source']}" for r in rows if r["reference"]]
     return "\n".join(lines)
@@ -226,11 +244,11 @@ def main(argv: list[str] | None = None) -> None:
     for seed in seeds:  # seed-major: a cut-short suite has every task at some seed
         for task in tasks:
             run_dir = out / task.name / f"seed{seed}"
-            if (run_dir / "final_eval" / "eval.json").exists():
-                print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
-                continue
             commands = run_commands(task, seed, args.steps or task.steps, run_dir, args.overrides, args.eval_episodes)
-            jobs.append(Job(task, seed, commands, run_dir, threads))
+            if (run_dir / FINAL / "eval.json").exists():
+                print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
+            if commands:
+                jobs.append(Job(task, seed, commands, run_dir, threads))
     randoms = {}
     for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
         mean, std = random_return(env_config(task, args.overrides), args.random_episodes)
@@ -245,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
         curves[task.name] = runs
         minutes = sum(run_minutes(out / task.name / f"seed{seed}") for seed in seeds)
         frames = (args.steps or task.steps) * env_config(task, args.overrides).action_repeat
-        rows.append(summarise(task, frames, [r["final"] for r in runs.values()], randoms[task.name], minutes))
+        rows.append(summarise(task, frames, [r["final"] for r in runs.values()], [r["sampled"] for r in runs.values()],
+                              randoms[task.name], minutes))
     (out / "suite.json").write_text(json.dumps({"rows": rows, "curves": curves, "hours": hours,
                                                 "overrides": args.overrides}, indent=2))
     plot(rows, curves, out / "suite.png")

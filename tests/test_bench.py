@@ -220,11 +220,15 @@ def test_suite_normalises_against_random_and_the_reference_and_names_its_sources
     assert reference(TASKS["walker_walk"], 30_000)["value"] == pytest.approx(125.2, abs=0.1)  # official median
     assert reference(TASKS["cheetah_run"], 30_000)["value"] == pytest.approx(191.5, abs=0.1)
     assert reference(TASKS["Acrobot-v1"], 12_000) == {"value": -100.0, "source": TASKS["Acrobot-v1"].source}
-    row = summarise(TASKS["Acrobot-v1"], 12_000, [-300.0, -100.0, -500.0], random=-500.0, minutes=30.0)
+    row = summarise(TASKS["Acrobot-v1"], 12_000, [-300.0, -100.0, -500.0], [-400.0, -450.0, -200.0], random=-500.0,
+                    minutes=30.0)
     assert (row["median"], row["normalised"], row["normalised_min"], row["normalised_max"]) == (-300.0, 0.5, 0.0, 1.0)
+    assert (row["sampled_median"], row["normalised_sampled"]) == (-400.0, 0.25)
     table = format_table([row], seeds=3, eval_episodes=10, hours=0.5)
-    assert "| Acrobot-v1 | 12,000 | -500.0 | -300.0 (-500.0 to -100.0) | -100.0 | **0.50** (0.00 to 1.00) | 30 |" in table
-    assert "Gymnasium's reward_threshold" in table and "median normalised score over 1 tasks: 0.50" in table
+    assert ("| Acrobot-v1 | 12,000 | -500.0 | -300.0 (-500.0 to -100.0) | -100.0 | **0.50** (0.00 to 1.00) "
+            "| -400.0 (0.25) | 30 |") in table
+    assert "Gymnasium's reward_threshold" in table
+    assert "median normalised score over 1 tasks: 0.50 (sampled actions: 0.25)" in table
 
 
 @pytest.mark.slow
@@ -241,11 +245,17 @@ def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_ta
     rows = {r["task"]: r for r in result["rows"]}
     assert set(rows) == {"CartPole-v1", "Pendulum-v1"}
     for name, row in rows.items():
-        final = json.loads((tmp_path / name / "seed0" / "final_eval" / "eval.json").read_text())
+        final, sampled = (json.loads((tmp_path / name / "seed0" / out / "eval.json").read_text())
+                          for out in ("final_eval", "final_eval_sampled"))
         assert len(final["returns"]) == 2 and row["finals"] == [final["mean"]]
+        assert len(sampled["returns"]) == 2 and row["sampled_finals"] == [sampled["mean"]]
         assert row["normalised"] == pytest.approx((row["median"] - row["random"])
                                                   / (row["reference"]["value"] - row["random"]))
+        assert row["normalised_sampled"] == pytest.approx((row["sampled_median"] - row["random"])
+                                                          / (row["reference"]["value"] - row["random"]))
         assert f"| {name} | 300 | {num(row['random'])} | {num(row['median'])}" in proc.stdout
+    evaluations = (tmp_path / "Pendulum-v1" / "seed0" / "stdout.log").read_text()
+    assert "mode actions" in evaluations and "sampled actions" in evaluations  # what dreamer.evaluate said
     assert 0 < rows["CartPole-v1"]["random"] < 100 and rows["Pendulum-v1"]["random"] < -100
     assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -305,6 +315,21 @@ def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_pa
     resumed = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)[0]
     assert not any(a.startswith("resume=") for a in fresh)
     assert resumed == fresh + [f"resume={tmp_path / 'checkpoints'}"]
+
+
+def test_suite_gives_a_run_evaluated_only_with_the_mode_its_sampled_evaluation(tmp_path):
+    """A run dir from a suite before the sampled column: only the missing evaluation runs, no training."""
+    from benchmarks.suite import TASKS, run_commands
+
+    commands = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)
+    assert [c[1] for c in commands] == ["train.py", "-m", "-m"]
+    assert [c[-2:] for c in commands[1:]] == [["eval.sample_actions=false", f"out={tmp_path / 'final_eval'}"],
+                                              ["eval.sample_actions=true", f"out={tmp_path / 'final_eval_sampled'}"]]
+    for out in ("final_eval", "final_eval_sampled"):
+        (tmp_path / out).mkdir()
+        (tmp_path / out / "eval.json").write_text("{}")
+        left = run_commands(TASKS["CartPole-v1"], 0, 100, tmp_path, [], 2)
+        assert left == ([commands[2]] if out == "final_eval" else [])
 
 
 def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys):
