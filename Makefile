@@ -33,13 +33,16 @@ sweep: install
 eval: install
 	$(PY) -m dreamer.evaluate checkpoint=$(CKPT) $(ARGS)
 
-# two pytest workers (pytest-xdist), each test file on one (its module fixtures run once): most tests
-# wait on train.py subprocesses, so two overlap on 2 cores; PYTEST_ARGS="-n 0" runs them in one process
+# Two pytest workers (pytest-xdist; docs/testing.md has the times): one test's train.py seldom keeps
+# both cores busy. Each test file stays on one worker, so its module fixtures run once.
+# PYTEST_ARGS="-n 0" runs the tests in one process.
+XDIST := -n 2 --dist loadfile
+
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install
-	$(PY) -m pytest -m "not slow and not compile" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow and not compile" $(PYTEST_ARGS)
 
 test-compile: install   # torch.compile on CPU: ~10 minutes, not part of make test
 	$(PY) -m pytest -m compile tests/test_agent.py
