@@ -6,19 +6,17 @@
 
 Trains `python train.py experiment=cpu <the task's env> collector.total_frames=<its budget>` per task
 and seed, --parallel runs at a time (each pinned to cores/parallel cores, with as many intra-op threads,
-where there are enough cores; otherwise unpinned), then evaluates each
-run's final checkpoint over --eval-episodes episodes (`python -m dreamer.evaluate`) twice: with the
-policy's mode, and with sampled actions as the official agent acts in evaluation (its score files are
-training episodes). Prints one table: per task the uniform-random policy's return (measured here), our
-median and range over seeds (mode), the reference at the same env frames (DMC: the official
-DreamerV3 score files' median, benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return
-and its source), the normalised score (ours - random) / (reference - random), the same for sampled
-actions, and the minutes each task took. Curves go
-to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluations are already in --out is
-not trained again (one evaluated only with the mode gets its sampled evaluation), and one with
-checkpoints but no final evaluation resumes from the newest (an interrupted suite picks up where it
-stopped). --steps replaces every budget
-(a smoke test); overrides go to every train.py run.
+where there are enough cores; otherwise unpinned), then evaluates each run's final checkpoint over
+--eval-episodes episodes (`python -m dreamer.evaluate`) twice: with the policy's mode, and with sampled
+actions as the official agent acts in evaluation (its score files are training episodes). Prints one
+table: per task the uniform-random policy's return (measured here), our median and range over seeds
+(mode), the reference at the same env frames (DMC: the official DreamerV3 score files' median,
+benchmarks/reference/; Gymnasium and MiniGrid: a stated solved return and its source), the normalised
+score (ours - random) / (reference - random), the same for sampled actions, and the minutes each task
+took. Curves go to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluations are
+already in --out is not trained again (one evaluated only with the mode gets its sampled evaluation),
+and one with checkpoints but no final evaluation resumes from the newest (an interrupted suite picks up
+where it stopped). --steps replaces every budget (a smoke test); overrides go to every train.py run.
 """
 from __future__ import annotations
 
