@@ -8,19 +8,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from benchmarks.suite import Task
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 class Job:
-    """One task x seed: train, then evaluate the final checkpoint; stdout and stderr to files."""
+    """One run (a task or preset x a seed): its commands one after another (train, evaluate), stdout
+    and stderr to files in its run dir."""
 
-    def __init__(self, task: Task, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
-        self.task, self.seed, self.commands, self.run_dir = task, seed, list(commands), run_dir
+    def __init__(self, name: str, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
+        self.name, self.seed, self.commands, self.run_dir = name, seed, list(commands), run_dir
         self.threads = threads  # intra-op threads when not pinned (None: torch's default)
         self.proc: subprocess.Popen | None = None
         self.start: float | None = None  # when its first command started
@@ -33,7 +31,7 @@ class Job:
                 return False
             if self.proc.returncode != 0:
                 log = (self.run_dir / "stderr.log").read_text()[-3000:]
-                raise RuntimeError(f"{self.task.name} seed {self.seed} failed ({self.proc.returncode}):\n{log}")
+                raise RuntimeError(f"{self.name} seed {self.seed} failed ({self.proc.returncode}):\n{log}")
         if not self.commands:
             return True
         command = self.commands.pop(0)

@@ -4,8 +4,7 @@
                                   [overrides ...]
 
 Runs `python train.py experiment=<preset> seed=<s>` once per seed, one after another or --parallel N
-at a time (each then gets cores/N intra-op threads: a small eager learner uses a second core
-poorly, so 3 runs side by side on 2 cores make ~1.3x the updates of 3 runs in a row), reads each
+at a time, each on its own cores as `benchmarks.suite` runs them (benchmarks/jobs.py), reads each
 run's scores.json (eval and training-episode returns against env frames) and prints a table: task,
 budget, each seed's final eval return, the median, the uniform-random policy's mean return in the
 same env (measured here, any suite), and the published official DreamerV3 median at the same env
@@ -21,12 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
+
+from benchmarks.jobs import Job, run_jobs, stop_on_sigterm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,47 +119,33 @@ def random_return(env_cfg, episodes: int) -> tuple[float, float]:
     return float(np.mean(returns)), float(np.std(returns))
 
 
-def start_seed(preset: str, seed: int, run_dir: Path, overrides: list[str], threads: int | None) -> subprocess.Popen:
-    command = [sys.executable, "train.py", f"experiment={preset}", f"seed={seed}", "logger.mode=offline",
-               f"hydra.run.dir={run_dir}", *overrides]
-    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
-    print("+", " ".join(command[1:]), f"(OMP_NUM_THREADS={threads})" if threads else "", flush=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # stderr to a file, not a pipe: a pipe nobody reads while other seeds run could fill and block.
-    with open(run_dir / "stderr.log", "w") as stderr:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+def seed_command(preset: str, seed: int, run_dir: Path, overrides: list[str]) -> list[str]:
+    return [sys.executable, "train.py", f"experiment={preset}", f"seed={seed}", "logger.mode=offline",
+            f"hydra.run.dir={run_dir}", *overrides]
 
 
 def train_seeds(preset: str, seeds: list[int], out: Path, overrides: list[str], parallel: int) -> dict:
-    """Runs the seeds, `parallel` at a time; {seed: eval curve and seconds}."""
-    threads = max(1, (os.cpu_count() or 1) // parallel) if parallel > 1 else None
-    pending, running, curves = list(seeds), {}, {}
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                seed = pending.pop(0)
-                running[seed] = (start_seed(preset, seed, out / f"seed{seed}", overrides, threads), time.monotonic())
-            for seed, (proc, start) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                del running[seed]
-                run_dir = out / f"seed{seed}"
-                if proc.returncode != 0:
-                    sys.exit(f"seed {seed} failed ({proc.returncode}):\n"
-                             f"{(run_dir / 'stderr.log').read_text()[-3000:]}")
-                records = json.loads((run_dir / "scores.json").read_text())
-                curve = next(r for r in records if r["split"] == "eval")
-                train = next((r for r in records if r["split"] == "train"), {"xs": [], "ys": []})
-                seconds = time.monotonic() - start
-                print(f"  seed {seed}: final eval return {curve['ys'][-1]:.1f} at {curve['xs'][-1]:,} frames "
-                      f"(best {max(curve['ys']):.1f}; {seconds:.0f} s)", flush=True)
-                curves[seed] = {"xs": curve["xs"], "ys": curve["ys"], "seconds": seconds,
-                                "train": {"xs": train["xs"], "ys": train["ys"]}}
-            time.sleep(1)
-    finally:
-        for proc, _ in running.values():  # Ctrl-C: each run writes its checkpoint and stops its workers
-            proc.terminate()
-            proc.wait()
+    """Runs the seeds, `parallel` at a time, each on its own cores as the suite does (benchmarks.jobs);
+    {seed: eval curve, training-episode curve and seconds}."""
+    threads = max(1, len(os.sched_getaffinity(0)) // parallel)  # when there are fewer cores than runs
+    curves = {}
+
+    def done(job: Job) -> None:
+        records = json.loads((job.run_dir / "scores.json").read_text())
+        curve = next(r for r in records if r["split"] == "eval")
+        train = next((r for r in records if r["split"] == "train"), {"xs": [], "ys": []})
+        seconds = time.monotonic() - job.start
+        print(f"  seed {job.seed}: final eval return {curve['ys'][-1]:.1f} at {curve['xs'][-1]:,} frames "
+              f"(best {max(curve['ys']):.1f}; {seconds:.0f} s)", flush=True)
+        curves[job.seed] = {"xs": curve["xs"], "ys": curve["ys"], "seconds": seconds,
+                            "train": {"xs": train["xs"], "ys": train["ys"]}}
+
+    jobs = [Job(preset, seed, [seed_command(preset, seed, out / f"seed{seed}", overrides)], out / f"seed{seed}",
+                threads) for seed in seeds]
+    try:  # on any exit the running seeds write their checkpoints and stop (run_jobs)
+        run_jobs(jobs, parallel, done=done, pin=True)
+    except RuntimeError as failed:
+        sys.exit(str(failed))
     return dict(sorted(curves.items()))
 
 
@@ -191,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides")
     args = parser.parse_args(argv)
+    stop_on_sigterm()
     if args.parallel < 1:
         parser.error(f"--parallel must be >= 1 (got {args.parallel})")
     out = args.out or ROOT / "outputs" / f"learning-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"

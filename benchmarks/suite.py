@@ -126,7 +126,7 @@ def run_commands(task: Task, seed: int, steps: int, run_dir: Path, overrides: li
 
 def report_done(job: Job) -> None:
     result = read_run(job.run_dir)
-    print(f"  {job.task.name} seed {job.seed}: final {num(result['final'])} over {result['episodes']} episodes "
+    print(f"  {job.name} seed {job.seed}: final {num(result['final'])} over {result['episodes']} episodes "
           f"(sampled actions: {num(result['sampled'])}; {(time.monotonic() - job.start) / 60:.1f} min)", flush=True)
 
 
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
             if (run_dir / FINAL / "eval.json").exists():
                 print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
             if commands:
-                jobs.append(Job(task, seed, commands, run_dir, threads))
+                jobs.append(Job(task.name, seed, commands, run_dir, threads))
     randoms = {}
     for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
         mean, std = random_return(env_config(task, args.overrides), args.random_episodes)

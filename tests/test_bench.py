@@ -106,28 +106,33 @@ def test_learning_benchmark_measures_training_episodes_as_the_official_score_fil
 
 
 def fake_seed_runs(monkeypatch, fail_seed=None):
-    """start_seed replaced by a small process writing the scores.json a run would (return = 10 x seed),
-    recording the threads it was given and how many fake runs overlapped."""
+    """seed_command replaced by a small process writing the scores.json a run would (return = 10 x seed),
+    recording the cores and threads it was given and how many fake runs overlapped."""
     import benchmarks.learning as learning
 
-    def start_seed(preset, seed, run_dir, overrides, threads):
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def seed_command(preset, seed, run_dir, overrides):
         script = (f"import json, os, sys, time, pathlib; d = pathlib.Path({str(run_dir)!r}); "
                   "live = d.parent / 'live'; live.mkdir(exist_ok=True); me = live / str(os.getpid()); me.touch(); "
                   "time.sleep(1.5); n = len(list(live.iterdir())); me.unlink(); "
-                  f"(d / 'seen.json').write_text(json.dumps({{'threads': {threads!r}, 'overlap': n}})); "
+                  "(d / 'seen.json').write_text(json.dumps({'threads': os.environ.get('OMP_NUM_THREADS'), "
+                  "'cores': sorted(os.sched_getaffinity(0)), 'overlap': n})); "
                   f"(d / 'scores.json').write_text(json.dumps([{{'split': 'eval', 'xs': [0, 100], "
                   f"'ys': [1.0, {10.0 * seed}]}}, {{'split': 'train', 'xs': [50, 100], 'ys': [2.0, {seed}]}}])); "
                   f"sys.exit({1 if seed == fail_seed else 0})")
-        return subprocess.Popen([sys.executable, "-c", script], stderr=open(run_dir / "stderr.log", "w"))
+        return [sys.executable, "-c", script]
 
-    monkeypatch.setattr(learning, "start_seed", start_seed)
+    monkeypatch.setattr(learning, "seed_command", seed_command)
     return learning
 
 
-@pytest.mark.parametrize("parallel", [1, 3])
+@pytest.mark.parametrize("parallel", [1, 2, 3])
 def test_learning_benchmark_runs_seeds_one_or_several_at_a_time(monkeypatch, tmp_path, parallel):
+    """As the suite runs them: each seed on its own cores with as many threads, or (more seeds at once
+    than cores) the cores' share of threads."""
     import json
+    import os
+
+    from benchmarks.jobs import core_slots
 
     learning = fake_seed_runs(monkeypatch)
     curves = learning.train_seeds("learn_cpu", [0, 1, 2], tmp_path, [], parallel)
@@ -135,8 +140,12 @@ def test_learning_benchmark_runs_seeds_one_or_several_at_a_time(monkeypatch, tmp
     assert [c["train"]["ys"] for c in curves.values()] == [[2.0, 0], [2.0, 1], [2.0, 2]]
     seen = [json.loads((tmp_path / f"seed{s}" / "seen.json").read_text()) for s in (0, 1, 2)]
     assert max(s["overlap"] for s in seen) == parallel
-    expected_threads = None if parallel == 1 else max(1, (__import__("os").cpu_count() or 1) // parallel)
-    assert all(s["threads"] == expected_threads for s in seen)
+    cores = sorted(os.sched_getaffinity(0))
+    slots = core_slots(parallel)
+    if slots:
+        assert all(s["cores"] in slots and s["threads"] == str(len(s["cores"])) for s in seen)
+    else:
+        assert all(s["cores"] == cores and s["threads"] == str(max(1, len(cores) // parallel)) for s in seen)
 
 
 def test_learning_benchmark_stops_on_a_failed_seed(monkeypatch, tmp_path):
@@ -336,14 +345,13 @@ def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys
     import os
 
     from benchmarks.jobs import Job, core_slots, run_jobs
-    from benchmarks.suite import TASKS
 
     cores = sorted(os.sched_getaffinity(0))
     assert core_slots(len(cores) + 1) is None  # more runs than cores: not pinned
     if len(cores) < 2:
         pytest.skip("one core: nothing to split")
     show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
-    jobs = [Job(TASKS["CartPole-v1"], seed, [show, show], tmp_path / f"seed{seed}", None) for seed in range(3)]
+    jobs = [Job("CartPole-v1", seed, [show, show], tmp_path / f"seed{seed}", None) for seed in range(3)]
     run_jobs(jobs, 2, pin=True)
     assert capsys.readouterr().out.count(f"(on cores {','.join(map(str, jobs[0].cpus))})") >= 2
     seen = [[json.loads(line) for line in (tmp_path / f"seed{seed}" / "stdout.log").read_text().splitlines()]
@@ -360,18 +368,17 @@ def test_a_pinned_job_gets_as_many_threads_as_its_own_cores(tmp_path):
     import os
 
     from benchmarks.jobs import Job, run_jobs
-    from benchmarks.suite import TASKS
 
     show = [sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"]
     cores = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, [min(cores)])  # the jobs inherit the narrower set
-        job = Job(TASKS["CartPole-v1"], 0, [show], tmp_path, threads=None)
+        job = Job("CartPole-v1", 0, [show], tmp_path, threads=None)
         run_jobs([job], 1, pin=True)
     finally:
         os.sched_setaffinity(0, cores)
     assert (tmp_path / "stdout.log").read_text().split() == ["1", "1"]
-    unpinned = Job(TASKS["CartPole-v1"], 1, [show], tmp_path / "unpinned", threads=3)
+    unpinned = Job("CartPole-v1", 1, [show], tmp_path / "unpinned", threads=3)
     assert unpinned.environment()["OMP_NUM_THREADS"] == "3"  # more runs than cores: the suite's share
 
 
@@ -382,10 +389,10 @@ def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
 
     import psutil
 
-    script = ("import sys; from pathlib import Path; from benchmarks.suite import TASKS\n"
+    script = ("import sys; from pathlib import Path\n"
               "from benchmarks.jobs import Job, run_jobs, stop_on_sigterm\n"
               "stop_on_sigterm()\n"
-              f"job = Job(TASKS['CartPole-v1'], 0, [[sys.executable, '-c', 'import time; time.sleep(600)']], "
+              f"job = Job('CartPole-v1', 0, [[sys.executable, '-c', 'import time; time.sleep(600)']], "
               f"Path({str(tmp_path)!r}), None)\n"
               "run_jobs([job], 1)\n")
     suite = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
