@@ -72,3 +72,16 @@ def test_fast_visuals_keep_shape_and_change_image():
     fast = make_dmc_env("walker", "walk", obs="pixels", fast_visuals=True, seed=0).reset()["pixels"]
     assert fast.shape == slow.shape and fast.dtype == slow.dtype
     assert not torch.equal(fast, slow)
+
+
+def test_mujocos_warning_about_dm_controls_own_xml_is_dropped_and_other_warnings_kept(caplog):
+    """MuJoCo 3.x warns through absl at every load of dm_control's cheetah XML ('settotalmass' is
+    deprecated): nothing a user can act on. That one warning is dropped; others still reach the log."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        make_dmc_env("cheetah", "run", obs="proprio", seed=0).close()
+        logging.getLogger("absl").warning("another warning")
+    messages = [r.getMessage() for r in caplog.records]
+    assert "another warning" in messages
+    assert not any("settotalmass" in m for m in messages), messages

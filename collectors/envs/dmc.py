@@ -13,6 +13,7 @@ are never rendered. Output keys:
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 
@@ -65,12 +66,23 @@ class ActionRepeat(dm_env.Environment):
         return self._env.discount_spec()
 
 
+class _DmControlOwnXml(logging.Filter):
+    """Drops MuJoCo's warning that dm_control's own cheetah XML sets 'settotalmass' (deprecated in
+    MuJoCo 3.x): nothing a user can act on, and every load of the task logs it again."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'settotalmass' is deprecated" not in record.getMessage()
+
+
 def dm_control_suite():
     """dm_control's task suite, with MuJoCo's GL backend chosen before its first import (MuJoCo reads
     MUJOCO_GL once): EGL renders offscreen with or without a GPU (Mesa's llvmpipe on a CPU)."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     from dm_control import suite
 
+    absl = logging.getLogger("absl")  # MuJoCo's Python bindings log its warnings there
+    if not any(isinstance(f, _DmControlOwnXml) for f in absl.filters):
+        absl.addFilter(_DmControlOwnXml())
     return suite
 
 
