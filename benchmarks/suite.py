@@ -45,6 +45,8 @@ class Task:
 
 TASKS = {t.name: t for t in (
     Task("CartPole-v1", ("env=gym_cartpole",), 8_000, 475.0, "Gymnasium's reward_threshold for CartPole-v1"),
+    # 12,000: at 20,000 two of four seeds still failed, those whose early episodes never found the goal
+    # (an exploration limit, not the budget: docs/benchmarks.md)
     Task("Acrobot-v1", ("env=gym", "env.id=Acrobot-v1"), 12_000, -100.0,
          "Gymnasium's reward_threshold for Acrobot-v1"),
     Task("Pendulum-v1", ("env=gym", "env.id=Pendulum-v1"), 12_000, -196.0,
