@@ -187,13 +187,31 @@ FAIL_FAST = [
 
 
 @pytest.mark.parametrize("override,key,allowed", FAIL_FAST, ids=[o for o, _, _ in FAIL_FAST])
-def test_train_py_fails_fast_naming_the_key(train, override, key, allowed):
-    proc = train(override, timeout=60)  # the limit bounds a hang: about a second on an idle machine
+def test_train_py_fails_fast_naming_the_key(train, override, key, allowed, tmp_path):
+    # the limit bounds a hang: about a second on an idle machine; cwd: the default run dir's root
+    proc = train(override, timeout=60, cwd=tmp_path)
     message = proc.stderr + proc.stdout
     assert proc.returncode == 2, message[-2000:]  # the app's exit status for a config error
     assert key in message and allowed in message, message[-2000:]
     assert "Traceback" not in message
     assert "training " not in proc.stdout and "learner:" not in proc.stdout  # before anything was built
+    assert list(tmp_path.iterdir()) == []  # no empty run dir (outputs/<day>/<run>) left behind
+
+
+def test_a_rejected_config_keeps_a_run_dir_that_holds_anything_else(train, tmp_path):
+    """Only the run dir Hydra just made (its .hydra/ and an empty log) is removed on a config error;
+    a dir with other files in it (here a user's, or an earlier run's) stays as it was, and so does
+    a day dir holding other runs."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    proc = train("learner.lr=-1", f"hydra.run.dir={tmp_path / 'mine'}", timeout=60)
+    assert proc.returncode == 2 and "learner.lr" in proc.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    other = tmp_path / "outputs" / "2026-12-07" / "other-run"
+    other.mkdir(parents=True)
+    proc = train("learner.lr=-1", "hydra.run.dir=outputs/2026-12-07/rejected", timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert sorted(p.name for p in (tmp_path / "outputs" / "2026-12-07").iterdir()) == ["other-run"]
 
 
 GROUPS = ["experiment", "env", "collector", "world_model", "learner", "replay", "logger"]

@@ -104,7 +104,41 @@ def validate_or_exit(cfg: DictConfig) -> Config:
         return config
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
+        remove_unused_run_dir()
         sys.exit(2)
+
+
+HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
+
+
+def remove_unused_run_dir() -> None:
+    """A rejected config leaves no run dir behind: Hydra made it (its .hydra/ and an empty log) before
+    the config was checked. A dir holding anything else (a user's files, an earlier run) stays."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    run_dir, log = Path(hydra.runtime.output_dir), f"{hydra.job.name}.log"
+    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {hydra.output_subdir, log}:
+        return
+    if (run_dir / log).exists() and (run_dir / log).stat().st_size:
+        return
+    subdir = run_dir / hydra.output_subdir if hydra.output_subdir else None
+    if subdir and subdir.exists() and not {p.name for p in subdir.iterdir()} <= HYDRA_FILES:
+        return
+    shutil.rmtree(run_dir)
+    day = run_dir.parent  # the default layout, outputs/<day>/<run>: its dirs go too if now empty
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", day.name):
+        for empty in (day, day.parent) if day.parent.name == "outputs" else (day,):
+            try:
+                empty.rmdir()
+            except OSError:
+                return
 
 
 def _check_actions(config: "Config") -> None:
