@@ -198,15 +198,17 @@ def test_train_py_fails_fast_naming_the_key(train, override, key, allowed, tmp_p
     assert list(tmp_path.iterdir()) == []  # no empty run dir (outputs/<day>/<run>) left behind
 
 
-def test_a_rejected_config_keeps_a_run_dir_that_holds_anything_else(train, tmp_path):
-    """Only the run dir Hydra just made (its .hydra/ and an empty log) is removed on a config error;
-    a dir with other files in it (here a user's, or an earlier run's) stays as it was, and so does
-    a day dir holding other runs."""
+def test_a_rejected_config_keeps_a_run_dir_the_user_named_or_that_holds_anything_else(train, tmp_path):
+    """Only a default-layout run dir Hydra just made (outputs/<day>/<run>: its .hydra/ and an empty
+    log) is removed on a config error; a dir the user named stays (empty or not), and so does a day
+    dir holding other runs."""
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    proc = train("learner.lr=-1", f"hydra.run.dir={tmp_path / 'mine'}", timeout=60)
-    assert proc.returncode == 2 and "learner.lr" in proc.stderr
-    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    (tmp_path / "empty").mkdir()
+    for name in ("mine", "empty"):
+        proc = train("learner.lr=-1", f"hydra.run.dir={tmp_path / name}", timeout=60)
+        assert proc.returncode == 2 and "learner.lr" in proc.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep" and (tmp_path / "empty").is_dir()
     other = tmp_path / "outputs" / "2026-12-07" / "other-run"
     other.mkdir(parents=True)
     proc = train("learner.lr=-1", "hydra.run.dir=outputs/2026-12-07/rejected", timeout=60, cwd=tmp_path)

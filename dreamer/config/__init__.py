@@ -112,8 +112,9 @@ HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
 
 
 def remove_unused_run_dir() -> None:
-    """A rejected config leaves no run dir behind: Hydra made it (its .hydra/ and an empty log) before
-    the config was checked. A dir holding anything else (a user's files, an earlier run) stays."""
+    """A rejected config leaves no run dir behind: Hydra made outputs/<day>/<run> (its .hydra/ and an
+    empty log) before the config was checked. Only that default layout: a dir the user named
+    (hydra.run.dir) may be theirs, and one holding anything else (an earlier run) stays too."""
     import re
     import shutil
     from pathlib import Path
@@ -124,7 +125,10 @@ def remove_unused_run_dir() -> None:
         return
     hydra = HydraConfig.get()
     run_dir, log = Path(hydra.runtime.output_dir), f"{hydra.job.name}.log"
-    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {hydra.output_subdir, log}:
+    day = run_dir.parent
+    if not (re.fullmatch(r"\d{4}-\d{2}-\d{2}", day.name) and day.parent.name == "outputs" and run_dir.is_dir()):
+        return
+    if not {p.name for p in run_dir.iterdir()} <= {hydra.output_subdir, log}:
         return
     if (run_dir / log).exists() and (run_dir / log).stat().st_size:
         return
@@ -132,13 +136,11 @@ def remove_unused_run_dir() -> None:
     if subdir and subdir.exists() and not {p.name for p in subdir.iterdir()} <= HYDRA_FILES:
         return
     shutil.rmtree(run_dir)
-    day = run_dir.parent  # the default layout, outputs/<day>/<run>: its dirs go too if now empty
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", day.name):
-        for empty in (day, day.parent) if day.parent.name == "outputs" else (day,):
-            try:
-                empty.rmdir()
-            except OSError:
-                return
+    for empty in (day, day.parent):  # outputs/<day>, then outputs/, if nothing else is in them
+        try:
+            empty.rmdir()
+        except OSError:
+            return
 
 
 def _check_actions(config: "Config") -> None:
