@@ -17,9 +17,9 @@ class Job:
     """One run (a task or preset x a seed): its commands one after another (train, evaluate), stdout
     and stderr to files in its run dir."""
 
-    def __init__(self, name: str, seed: int, commands: list[list[str]], run_dir: Path, threads: int | None):
+    def __init__(self, name: str, seed: int, commands: list[list[str]], run_dir: Path):
         self.name, self.seed, self.commands, self.run_dir = name, seed, list(commands), run_dir
-        self.threads = threads  # intra-op threads when not pinned (None: torch's default)
+        self.threads: int | None = None  # intra-op threads when not pinned (run_jobs; None: torch's default)
         self.proc: subprocess.Popen | None = None
         self.start: float | None = None  # when its first command started
         self.cpus: list[int] | None = None  # the cores its commands run on (run_jobs pins them), else any
@@ -79,11 +79,13 @@ def run_jobs(jobs: list[Job], parallel: int, done: Callable[[Job], None] = lambd
     a failed job) the running ones are stopped."""
     pending, running = list(jobs), []
     free = (core_slots(parallel) if pin else None) or [None] * parallel
+    # unpinned runs (no pin, or more runs than cores) share the cores out as intra-op threads
+    share = max(1, len(os.sched_getaffinity(0)) // parallel) if parallel > 1 else None
     try:
         while pending or running:
             while pending and len(running) < parallel:
                 running.append(pending.pop(0))
-                running[-1].cpus = free.pop()
+                running[-1].cpus, running[-1].threads = free.pop(), share
                 running[-1].advance()
             for job in list(running):
                 if job.advance():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -127,7 +126,6 @@ def seed_command(preset: str, seed: int, run_dir: Path, overrides: list[str]) ->
 def train_seeds(preset: str, seeds: list[int], out: Path, overrides: list[str], parallel: int) -> dict:
     """Runs the seeds, `parallel` at a time, each on its own cores as the suite does (benchmarks.jobs);
     {seed: eval curve, training-episode curve and seconds}."""
-    threads = max(1, len(os.sched_getaffinity(0)) // parallel)  # when there are fewer cores than runs
     curves = {}
 
     def done(job: Job) -> None:
@@ -140,8 +138,8 @@ def train_seeds(preset: str, seeds: list[int], out: Path, overrides: list[str], 
         curves[job.seed] = {"xs": curve["xs"], "ys": curve["ys"], "seconds": seconds,
                             "train": {"xs": train["xs"], "ys": train["ys"]}}
 
-    jobs = [Job(preset, seed, [seed_command(preset, seed, out / f"seed{seed}", overrides)], out / f"seed{seed}",
-                threads) for seed in seeds]
+    jobs = [Job(preset, seed, [seed_command(preset, seed, out / f"seed{seed}", overrides)], out / f"seed{seed}")
+            for seed in seeds]
     try:  # on any exit the running seeds write their checkpoints and stop (run_jobs)
         run_jobs(jobs, parallel, done=done, pin=True)
     except RuntimeError as failed:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -237,8 +236,6 @@ def main(argv: list[str] | None = None) -> None:
     tasks, seeds = [TASKS[t] for t in args.tasks.split(",")], [int(s) for s in args.seeds.split(",")]
     out = args.out or ROOT / "outputs" / f"suite-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    # intra-op threads of a run that is not pinned (more runs than cores): the cores shared out
-    threads = max(1, len(os.sched_getaffinity(0)) // args.parallel) if args.parallel > 1 else None
     started = time.monotonic()
     jobs = []
     for seed in seeds:  # seed-major: a cut-short suite has every task at some seed
@@ -248,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             if (run_dir / FINAL / "eval.json").exists():
                 print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
             if commands:
-                jobs.append(Job(task.name, seed, commands, run_dir, threads))
+                jobs.append(Job(task.name, seed, commands, run_dir))
     randoms = {}
     for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
         mean, std = random_return(env_config(task, args.overrides), args.random_episodes)

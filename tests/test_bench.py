@@ -351,7 +351,7 @@ def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys
     if len(cores) < 2:
         pytest.skip("one core: nothing to split")
     show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
-    jobs = [Job("CartPole-v1", seed, [show, show], tmp_path / f"seed{seed}", None) for seed in range(3)]
+    jobs = [Job("CartPole-v1", seed, [show, show], tmp_path / f"seed{seed}") for seed in range(3)]
     run_jobs(jobs, 2, pin=True)
     assert capsys.readouterr().out.count(f"(on cores {','.join(map(str, jobs[0].cpus))})") >= 2
     seen = [[json.loads(line) for line in (tmp_path / f"seed{seed}" / "stdout.log").read_text().splitlines()]
@@ -362,9 +362,10 @@ def test_pinned_jobs_run_each_on_its_own_cores_and_hand_them_on(tmp_path, capsys
     assert third in (first, second)  # the third job runs on the cores of the one that finished
 
 
-def test_a_pinned_job_gets_as_many_threads_as_its_own_cores(tmp_path):
+def test_a_pinned_job_gets_as_many_threads_as_its_own_cores_an_unpinned_one_its_share(tmp_path):
     """Intra-op threads follow the job's cores, not the machine's CPU count: here the suite may use
-    one core of a larger machine (as in a cpuset container), so its one job gets one thread."""
+    one core of a larger machine (as in a cpuset container), so its one job gets one thread. Jobs
+    that are not pinned share the cores out."""
     import os
 
     from benchmarks.jobs import Job, run_jobs
@@ -373,13 +374,15 @@ def test_a_pinned_job_gets_as_many_threads_as_its_own_cores(tmp_path):
     cores = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, [min(cores)])  # the jobs inherit the narrower set
-        job = Job("CartPole-v1", 0, [show], tmp_path, threads=None)
+        job = Job("CartPole-v1", 0, [show], tmp_path)
         run_jobs([job], 1, pin=True)
     finally:
         os.sched_setaffinity(0, cores)
     assert (tmp_path / "stdout.log").read_text().split() == ["1", "1"]
-    unpinned = Job("CartPole-v1", 1, [show], tmp_path / "unpinned", threads=3)
-    assert unpinned.environment()["OMP_NUM_THREADS"] == "3"  # more runs than cores: the suite's share
+    unpinned = [Job("CartPole-v1", seed, [show], tmp_path / f"unpinned{seed}") for seed in (1, 2)]
+    run_jobs(unpinned, 2)  # not pinned: each run gets its share of the cores as threads
+    share = str(max(1, len(cores) // 2))
+    assert all((job.run_dir / "stdout.log").read_text().split() == [str(len(cores)), share] for job in unpinned)
 
 
 def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
@@ -393,7 +396,7 @@ def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
               "from benchmarks.jobs import Job, run_jobs, stop_on_sigterm\n"
               "stop_on_sigterm()\n"
               f"job = Job('CartPole-v1', 0, [[sys.executable, '-c', 'import time; time.sleep(600)']], "
-              f"Path({str(tmp_path)!r}), None)\n"
+              f"Path({str(tmp_path)!r}))\n"
               "run_jobs([job], 1)\n")
     suite = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
