@@ -16,7 +16,8 @@ score (ours - random) / (reference - random), the same for sampled actions, and 
 took. Curves go to <out>/suite.png, figures to <out>/suite.json. A run whose final evaluations are
 already in --out is not trained again (one evaluated only with the mode gets its sampled evaluation),
 and one with checkpoints but no final evaluation resumes from the newest (an interrupted suite picks up
-where it stopped). --steps replaces every budget (a smoke test); overrides go to every train.py run.
+where it stopped; its wall time adds up every invocation's: <out>/wall_time.json). --steps replaces
+every budget (a smoke test); overrides go to every train.py run.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from benchmarks.jobs import Job, run_jobs, stop_on_sigterm
 from benchmarks.learning import ROOT, random_return, reference_at
+from benchmarks.suite_table import add_wall_time, format_table, num, plot, run_minutes
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,6 @@ def reference(task: Task, frames: int) -> dict | None:
             f"{frames:,} frames ({ref['source']})", "min": ref["min"], "max": ref["max"]}
 
 
-def num(x: float) -> str:
-    """A return as the table shows it: one decimal, or three significant digits below 10 (MiniGrid's 0.955)."""
-    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
-
-
 def normalised(ours: float, random: float, ref: float) -> float:
     return (ours - random) / (ref - random)
 
@@ -155,64 +152,6 @@ def summarise(task: Task, frames: int, finals: list[float], sampled: list[float]
     return row
 
 
-def format_table(rows: list[dict], seeds: int, eval_episodes: int, hours: float) -> str:
-    lines = [f"experiment=cpu, {seeds} seed(s); ours: the final checkpoint's mean return over {eval_episodes} "
-             "episodes with the policy's mode, the median (min-max) over seeds; normalised = (ours - random) / "
-             "(reference - random); sampled actions: the same checkpoints acting as the official agent does",
-             "",
-             "| task | env frames | random policy | ours: median (min-max) | reference | normalised: median (min-max) "
-             "| sampled actions: median (normalised) | run minutes (sum over seeds) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ref = r["reference"]
-        norm = f"**{r['normalised']:.2f}** ({r['normalised_min']:.2f} to {r['normalised_max']:.2f})" if ref else "-"
-        sampled = num(r["sampled_median"]) + (f" ({r['normalised_sampled']:.2f})" if ref else "")
-        lines.append(f"| {r['task']} | {r['frames']:,} | {num(r['random'])} | {num(r['median'])} "
-                     f"({num(r['min'])} to {num(r['max'])}) | {num(ref['value']) if ref else '-'} | {norm} | {sampled} "
-                     f"| {r['minutes']:.0f} |")
-    scored = [r for r in rows if "normalised" in r]
-    if scored:
-        lines.append(f"\nmedian normalised score over {len(scored)} tasks: "
-                     f"{statistics.median(r['normalised'] for r in scored):.2f} (sampled actions: "
-                     f"{statistics.median(r['normalised_sampled'] for r in scored):.2f}); wall time {hours:.2f} h")
-    lines.append("\nreferences:")
-    lines += [f"  {r['task']}: {r['reference']['source']}" for r in rows if r["reference"]]
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict], curves: dict, path: Path) -> None:
-    """One panel per task: the seeds' eval returns (median and range, dreamer/io/curves.py), the
-    official median and band for DMC tasks, the random policy and the stated reference as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from benchmarks.learning import REFERENCE_DIR
-    from dreamer.io.curves import draw, reference_curves
-
-    cols = min(4, len(rows))
-    lines = (len(rows) + cols - 1) // cols
-    fig, axes = plt.subplots(lines, cols, figsize=(3.8 * cols, 3.0 * lines), squeeze=False)
-    for ax, row in zip(axes.flat, rows):
-        official = REFERENCE_DIR / f"dmc_proprio_{row['task']}.json"
-        draw(ax, list(curves[row["task"]].values()),
-             reference_curves(official, f"dmc_{row['task']}") if official.exists() else None, label="experiment=cpu")
-        ax.axhline(row["random"], color="tab:red", linestyle=":", label="random policy")
-        if row["reference"] and not official.exists():
-            ax.axhline(row["reference"]["value"], color="tab:green", linestyle="--", label="solved")
-        ax.set_title(row["task"], fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.xaxis.label.set_size(8)
-        ax.yaxis.label.set_size(8)
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(rows):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(t.name for t in TASKS.values() if t.default),
@@ -237,6 +176,30 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or ROOT / "outputs" / f"suite-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    try:
+        randoms = train_and_evaluate(tasks, seeds, out, args)
+    finally:  # Ctrl-C, SIGTERM or a failed run: this invocation's time still counts
+        wall = add_wall_time(out, time.monotonic() - started)
+    hours = wall["seconds"] / 3600
+    rows, curves = [], {}
+    for task in tasks:
+        runs = {seed: read_run(out / task.name / f"seed{seed}") for seed in seeds}
+        curves[task.name] = runs
+        minutes = sum(run_minutes(out / task.name / f"seed{seed}") for seed in seeds)
+        frames = (args.steps or task.steps) * env_config(task, args.overrides).action_repeat
+        rows.append(summarise(task, frames, [r["final"] for r in runs.values()], [r["sampled"] for r in runs.values()],
+                              randoms[task.name], minutes))
+    (out / "suite.json").write_text(json.dumps({"rows": rows, "curves": curves, "hours": hours,
+                                                "invocations": wall["invocations"], "overrides": args.overrides},
+                                               indent=2))
+    plot(rows, curves, out / "suite.png")
+    print(f"\nfigures: {out / 'suite.json'}, curves: {out / 'suite.png'}\n")
+    print(format_table(rows, len(seeds), args.eval_episodes, hours, wall["invocations"]))
+
+
+def train_and_evaluate(tasks: list[Task], seeds: list[int], out: Path, args: argparse.Namespace) -> dict:
+    """Measures each task's uniform-random policy, then trains and evaluates every run not yet
+    done in `out`; {task name: the random policy's mean return}."""
     jobs = []
     for seed in seeds:  # seed-major: a cut-short suite has every task at some seed
         for task in tasks:
@@ -253,33 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"uniform random policy on {task.name}: {num(mean)} +- {num(std)} over {args.random_episodes} episodes",
               flush=True)
     run_jobs(jobs, args.parallel, done=report_done, pin=True)
-    hours = (time.monotonic() - started) / 3600
-    rows, curves = [], {}
-    for task in tasks:
-        runs = {seed: read_run(out / task.name / f"seed{seed}") for seed in seeds}
-        curves[task.name] = runs
-        minutes = sum(run_minutes(out / task.name / f"seed{seed}") for seed in seeds)
-        frames = (args.steps or task.steps) * env_config(task, args.overrides).action_repeat
-        rows.append(summarise(task, frames, [r["final"] for r in runs.values()], [r["sampled"] for r in runs.values()],
-                              randoms[task.name], minutes))
-    (out / "suite.json").write_text(json.dumps({"rows": rows, "curves": curves, "hours": hours,
-                                                "overrides": args.overrides}, indent=2))
-    plot(rows, curves, out / "suite.png")
-    print(f"\nfigures: {out / 'suite.json'}, curves: {out / 'suite.png'}\n")
-    print(format_table(rows, len(seeds), args.eval_episodes, hours))
-
-
-def run_minutes(run_dir: Path) -> float:
-    """A run's training time in minutes: each of its processes' last elapsed time, summed (a
-    resumed run's clock starts again at 0)."""
-    from dreamer.io.metrics import read_metrics
-
-    total, last = 0.0, 0.0
-    for elapsed in (r["time/elapsed_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "time/elapsed_s" in r):
-        if elapsed < last:  # a resume: the previous process ended at `last`
-            total += last
-        last = elapsed
-    return (total + last) / 60
+    return randoms
 
 
 if __name__ == "__main__":

@@ -224,7 +224,8 @@ def test_the_official_learner_benchmarks_name_a_missing_official_setup(tmp_path)
 
 
 def test_suite_normalises_against_random_and_the_reference_and_names_its_sources():
-    from benchmarks.suite import TASKS, format_table, reference, summarise
+    from benchmarks.suite import TASKS, reference, summarise
+    from benchmarks.suite_table import format_table
 
     assert reference(TASKS["walker_walk"], 30_000)["value"] == pytest.approx(125.2, abs=0.1)  # official median
     assert reference(TASKS["cheetah_run"], 30_000)["value"] == pytest.approx(191.5, abs=0.1)
@@ -237,12 +238,34 @@ def test_suite_normalises_against_random_and_the_reference_and_names_its_sources
     assert ("| Acrobot-v1 | 12,000 | -500.0 | -300.0 (-500.0 to -100.0) | -100.0 | **0.50** (0.00 to 1.00) "
             "| -400.0 (0.25) | 30 |") in table
     assert "Gymnasium's reward_threshold" in table
-    assert "median normalised score over 1 tasks: 0.50 (sampled actions: 0.25)" in table
+    assert "median normalised score over 1 tasks: 0.50 (sampled actions: 0.25); wall time 0.50 h\n" in table
+    resumed = format_table([row], seeds=3, eval_episodes=10, hours=2.5, invocations=2)
+    assert "wall time 2.50 h over 2 invocations (stopped and resumed)" in resumed
+
+
+def test_a_resumed_suite_adds_its_wall_time_to_the_stopped_ones(tmp_path):
+    from benchmarks.suite_table import add_wall_time
+
+    assert add_wall_time(tmp_path, 3600.0) == {"seconds": 3600.0, "invocations": 1}
+    assert add_wall_time(tmp_path, 1800.0) == {"seconds": 5400.0, "invocations": 2}
+    assert json.loads((tmp_path / "wall_time.json").read_text())["seconds"] == 5400.0
+
+
+def test_a_stopped_suite_still_records_its_wall_time(monkeypatch, tmp_path):
+    import benchmarks.suite as suite
+
+    def stopped(*args):
+        raise KeyboardInterrupt  # Ctrl-C, or SIGTERM (stop_on_sigterm) as SystemExit, mid-suite
+
+    monkeypatch.setattr(suite, "train_and_evaluate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        suite.main(["--tasks", "CartPole-v1", "--seeds", "0", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "wall_time.json").read_text())["invocations"] == 1
 
 
 @pytest.mark.slow
 def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_table(tmp_path):
-    from benchmarks.suite import num
+    from benchmarks.suite_table import num
 
     command = [sys.executable, "-m", "benchmarks.suite", "--tasks", "CartPole-v1,Pendulum-v1", "--seeds", "0",
                "--parallel", "2", "--steps", "300", "--eval-episodes", "2", "--random-episodes", "2",
@@ -269,6 +292,9 @@ def test_suite_trains_each_task_evaluates_the_final_checkpoint_and_prints_one_ta
     assert (tmp_path / "suite.png").read_bytes()[:4] == b"\x89PNG"
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("not trained again") == 2  # picks up where it stopped
+    resumed = json.loads((tmp_path / "suite.json").read_text())
+    assert resumed["invocations"] == 2 and resumed["hours"] > result["hours"]  # both invocations' time
+    assert "over 2 invocations" in again.stdout
 
 
 def test_suite_rejects_an_unknown_task():
@@ -410,7 +436,7 @@ def test_a_terminated_suite_stops_its_running_jobs(tmp_path):
 
 
 def test_suite_run_minutes_add_up_the_processes_of_a_resumed_run(tmp_path):
-    from benchmarks.suite import run_minutes
+    from benchmarks.suite_table import run_minutes
 
     rows = [{"step": 1, "time/elapsed_s": 60.0}, {"step": 2, "time/elapsed_s": 600.0},  # stopped at 10 min
             {"step": 2, "eval/return": 1.0},
