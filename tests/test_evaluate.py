@@ -64,3 +64,20 @@ def test_a_checkpoint_config_from_before_logger_backends_still_loads():
     assert migrate_config({"logger": {"backend": "wandb"}})["logger"] == {"backends": ["wandb"]}
     current = {"logger": {"backends": ["tensorboard"]}}
     assert migrate_config(current) == current
+
+
+def test_one_seed_gives_one_result_and_leaves_the_callers_generator_alone():
+    """The posterior's samples and the sampled actions draw from a generator seeded from the
+    evaluation's seed: two evaluations of one policy agree; training's generator is untouched."""
+    agent = build_agent(TINY, LearnerConfig(), ObsSpec(), action_dim=1)
+    returns = []
+    for _ in range(2):
+        torch.rand(7)  # the caller's generator moves between evaluations
+        before = torch.get_rng_state()
+        evaluator = Evaluator(agent, ENV, TINY, seed=3, video=False, sample_actions=True)
+        try:
+            returns.append(evaluator.run(episodes=1).returns)
+        finally:
+            evaluator.close()
+        assert torch.equal(torch.get_rng_state(), before)
+    assert returns[0] == returns[1]

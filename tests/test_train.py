@@ -84,7 +84,7 @@ def run_evaluate(*args: str, timeout: float = 300) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-def test_evaluate_a_trained_checkpoint_prints_returns_and_writes_a_video(first_run, tmp_path):
+def test_evaluate_a_trained_checkpoint_prints_returns_writes_a_video_and_repeats(first_run, tmp_path):
     proc, run_dir, _ = first_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = run_evaluate(f"checkpoint={run_dir / 'checkpoints'}", "eval.episodes=2", "eval.video=true",
@@ -95,6 +95,9 @@ def test_evaluate_a_trained_checkpoint_prints_returns_and_writes_a_video(first_r
     assert len(result["returns"]) == 2 and result["env_steps"] == 600
     assert result["mean"] == pytest.approx(sum(result["returns"]) / 2)
     assert open(result["videos"]["eval/video"], "rb").read(12)[4:8] == b"ftyp"
+    again = run_evaluate(f"checkpoint={run_dir / 'checkpoints'}", "eval.episodes=2", f"out={tmp_path / 'again'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "again" / "eval.json").read_text())["returns"] == result["returns"]  # seeded
 
 
 @pytest.mark.slow

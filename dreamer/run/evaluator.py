@@ -46,7 +46,7 @@ class EvalResult:
 class Evaluator:
     def __init__(self, agent: DreamerAgent, env_cfg, wm_cfg, seed: int, video: bool, stop=None,
                  sample_actions: bool = False, env_timeout_s: float | None = None):
-        self.agent, self.video = agent, video
+        self.agent, self.video, self.seed, self.runs = agent, video, seed, 0
         self.stop = stop  # a StopRequest: Ctrl-C ends an episode between steps
         primer = primer_factory(wm_cfg, agent.action_dim)
         # An env stuck in step() or reset() for env_timeout_s ends the run naming it (as a collector's)
@@ -69,6 +69,16 @@ class Evaluator:
         self.max_steps = env_spec(env_cfg).max_steps + 1
 
     def run(self, episodes: int, video_dir: Path | None = None, tag: str = "") -> EvalResult:
+        # The posterior's samples (and sampled actions) draw from torch's generator: seed it from the
+        # evaluation's seed, so one checkpoint and seed give one result, in a fork that leaves the
+        # caller's generator (training's) where it was.
+        device = torch.device(self.agent.device)
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+            torch.manual_seed(self.seed + self.runs)
+            self.runs += 1
+            return self._run(episodes, video_dir, tag)
+
+    def _run(self, episodes: int, video_dir: Path | None, tag: str) -> EvalResult:
         result = EvalResult([], [])
         for episode in range(episodes):
             with self.watchdog.guard():
