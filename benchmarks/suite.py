@@ -197,18 +197,25 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(rows, len(seeds), args.eval_episodes, hours, wall["invocations"]))
 
 
+def job_order(tasks: list[Task], seeds: list[int], steps: int | None) -> list[tuple[int, Task]]:
+    """Seed-major (a cut-short suite has every task at some seed), the largest budgets first within a
+    seed: the last seed's short runs then fill both cores to the end, where its DMC runs last (the
+    task list's order) left one core idle for a whole run."""
+    by_budget = sorted(tasks, key=lambda task: -(steps or task.steps))  # stable: ties keep the list's order
+    return [(seed, task) for seed in seeds for task in by_budget]
+
+
 def train_and_evaluate(tasks: list[Task], seeds: list[int], out: Path, args: argparse.Namespace) -> dict:
     """Measures each task's uniform-random policy, then trains and evaluates every run not yet
     done in `out`; {task name: the random policy's mean return}."""
     jobs = []
-    for seed in seeds:  # seed-major: a cut-short suite has every task at some seed
-        for task in tasks:
-            run_dir = out / task.name / f"seed{seed}"
-            commands = run_commands(task, seed, args.steps or task.steps, run_dir, args.overrides, args.eval_episodes)
-            if (run_dir / FINAL / "eval.json").exists():
-                print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
-            if commands:
-                jobs.append(Job(task.name, seed, commands, run_dir))
+    for seed, task in job_order(tasks, seeds, args.steps):
+        run_dir = out / task.name / f"seed{seed}"
+        commands = run_commands(task, seed, args.steps or task.steps, run_dir, args.overrides, args.eval_episodes)
+        if (run_dir / FINAL / "eval.json").exists():
+            print(f"  {task.name} seed {seed}: done in {run_dir}, not trained again")
+        if commands:
+            jobs.append(Job(task.name, seed, commands, run_dir))
     randoms = {}
     for task in tasks:  # the uniform-random policy in the same env (the prefill policy)
         mean, std = random_return(env_config(task, args.overrides), args.random_episodes)

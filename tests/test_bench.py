@@ -341,6 +341,18 @@ def test_replay_bench_measures_memory_and_disk_in_one_table(tmp_path):
     assert list(tmp_path.iterdir()) == []  # its replays removed
 
 
+def test_suite_runs_seed_by_seed_with_the_largest_budgets_first():
+    """The last seed ends with its shortest runs, filling both cores to the end."""
+    from benchmarks.suite import TASKS, job_order
+
+    tasks = [TASKS[t] for t in ("CartPole-v1", "Acrobot-v1", "MiniGrid-Empty-5x5-v0", "cheetah_run", "walker_walk")]
+    order = [(seed, task.name) for seed, task in job_order(tasks, [0, 1], None)]
+    per_seed = ["MiniGrid-Empty-5x5-v0", "cheetah_run", "walker_walk", "Acrobot-v1", "CartPole-v1"]
+    assert order == [(0, name) for name in per_seed] + [(1, name) for name in per_seed]
+    same_budget = [task.name for _, task in job_order(tasks, [0], 500)]  # --steps: the list's order
+    assert same_budget == [task.name for task in tasks]
+
+
 def test_suite_resumes_a_run_that_has_checkpoints_but_no_final_evaluation(tmp_path):
     from benchmarks.suite import TASKS, run_commands
 
