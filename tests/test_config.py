@@ -50,7 +50,7 @@ def test_the_cpu_presets_for_make_train_and_the_learning_benchmark_are_cpu_plus_
     cpu = validate(composed("experiment=cpu", "env=gym_cartpole"))
     assert cartpole.learner == cpu.learner and cartpole.replay == cpu.replay and cartpole.world_model == cpu.world_model
     assert swingup.learner == cpu.learner and (swingup.env.name, swingup.env.obs) == ("dmc_cartpole_swingup", "proprio")
-    assert (cartpole.collector.total_frames, swingup.collector.total_frames) == (6000, 15000)
+    assert (cartpole.collector.total_frames, swingup.collector.total_frames) == (4000, 15000)
 
 
 def test_seed_presets_match_the_reference_run_and_place_parts_on_four_gpus():
